@@ -1,0 +1,139 @@
+"""The rules: small pure functions over Facts, registered by id, in the manner of `brew doctor`.
+
+A check takes the facts of one node (``scope="node"``) or of every node (``scope="cluster"``)
+and returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns each
+Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and category,
+and turns a crashing check into a ``<id>.crashed`` finding instead of a traceback.
+
+Adding a check is one decorated function in the module of its area; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
+
+Scope = Literal["node", "cluster"]
+
+
+@dataclass
+class Problem:
+    """What a check returns: the id, area and category come from its registration."""
+
+    severity: Severity
+    title: str
+    evidence: list[str] = field(default_factory=list)
+    fix: str = ""
+    links: list[str] = field(default_factory=list)
+    node: str | None = None
+    rank: int | None = None
+
+
+CheckResult = Problem | Iterable[Problem] | None
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    area: str
+    category: str
+    scope: Scope
+    func: Callable[[Any], CheckResult]
+    doc: str
+
+    def run(self, subject: Any, node: str | None = None) -> list[Finding]:
+        try:
+            result = self.func(subject)
+            problems = [result] if isinstance(result, Problem) else list(result or ())
+        except Exception as exc:  # a crash is a result, never a traceback for the user
+            return [
+                Finding(
+                    id=f"{self.id}.crashed",
+                    category="other",
+                    severity=Severity.WARN,
+                    title=f"check {self.id} crashed: {type(exc).__name__}: {exc}",
+                    evidence=traceback.format_exception(exc)[-3:],
+                    fix="This is a bug in nccldoctor; please report it with this report attached.",
+                    area=self.area,
+                    node=node,
+                )
+            ]
+        return [
+            Finding(
+                id=self.id,
+                category=self.category,
+                severity=p.severity,
+                title=p.title,
+                evidence=p.evidence,
+                fix=p.fix,
+                area=self.area,
+                links=p.links,
+                node=p.node or node,
+                rank=p.rank,
+            )
+            for p in problems
+        ]
+
+
+_REGISTRY: dict[str, Check] = {}
+
+
+def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callable:
+    """Register ``func`` as the check ``id``. The docstring's first line describes it."""
+    if area not in AREAS:
+        raise ValueError(f"check {id}: unknown area {area!r}")
+    if category not in CATEGORIES:
+        raise ValueError(f"check {id}: unknown category {category!r}")
+
+    def register(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
+        if id in _REGISTRY:
+            raise ValueError(f"check id {id} registered twice")
+        doc = (func.__doc__ or "").strip().splitlines()
+        _REGISTRY[id] = Check(id, area, category, scope, func, doc[0] if doc else "")
+        return func
+
+    return register
+
+
+def _load_all() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+def all_checks(scope: Scope | None = None) -> list[Check]:
+    """Every registered check, in id order (optionally only one scope)."""
+    _load_all()
+    return sorted(
+        (c for c in _REGISTRY.values() if scope is None or c.scope == scope), key=lambda c: c.id
+    )
+
+
+def get_check(id: str) -> Check | None:
+    _load_all()
+    return _REGISTRY.get(id)
+
+
+def run_node_checks(facts: Any, only: Sequence[str] | None = None) -> list[Finding]:
+    """Run every node-scope check (or those in ``only``) over one node's facts."""
+    return [
+        finding
+        for c in all_checks("node")
+        if only is None or c.id in only
+        for finding in c.run(facts, node=getattr(facts, "node", None))
+    ]
+
+
+def run_cluster_checks(nodes: Sequence[Any], only: Sequence[str] | None = None) -> list[Finding]:
+    """Run every cluster-scope check over the facts of all nodes."""
+    return [
+        finding
+        for c in all_checks("cluster")
+        if only is None or c.id in only
+        for finding in c.run(list(nodes))
+    ]

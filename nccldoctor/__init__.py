@@ -1,0 +1,3 @@
+"""nccldoctor: diagnose multi-node NCCL and PyTorch DDP."""
+
+__version__ = "0.1.0"

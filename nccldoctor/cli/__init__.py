@@ -1,0 +1,1 @@
+"""The command line: one module per command, each a thin shell over the library."""

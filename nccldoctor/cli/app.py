@@ -1,0 +1,39 @@
+"""The `nccldoctor` typer application: global options and command registration."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nccldoctor import __version__
+from nccldoctor.cli import preflight
+
+app = typer.Typer(
+    name="nccldoctor",
+    help="Diagnose multi-node NCCL and PyTorch DDP: preflight a node, explain NCCL logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("preflight")(preflight.preflight)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nccldoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = None,
+) -> None:
+    """nccldoctor: diagnose multi-node NCCL and PyTorch DDP."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,63 @@
+"""`nccldoctor preflight`: everything on this node that will break NCCL, before any process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from checks import all_checks
+from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.preflight import run_preflight
+from nccldoctor.report import write_report
+from nccldoctor.views.terminal import render_terminal
+
+
+def preflight(
+    root: Annotated[
+        Path, typer.Option(envvar="NCCLDOCTOR_ROOT", help="Read the machine under this root.")
+    ] = Path("/"),
+    master: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_MASTER", help="The master's address (default: MASTER_ADDR)."
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Also write the JSON report here.")
+    ] = None,
+    check: Annotated[
+        list[str] | None, typer.Option("--check", help="Run only this check id (repeatable).")
+    ] = None,
+    list_checks: Annotated[bool, typer.Option("--list-checks", help="List the checks.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+) -> None:
+    """Check this node for everything that breaks NCCL. Exit 0 healthy, 1 problems, 2 usage."""
+    known = all_checks("node")
+    if list_checks:
+        for c in known:
+            stdout.print(f"{c.id:36} {c.category:28} {c.doc}")
+        raise typer.Exit(0)
+    unknown = sorted(set(check or ()) - {c.id for c in known})
+    if unknown:
+        raise abort(f"no check available by the name {', '.join(unknown)} (see --list-checks)")
+    if not root.is_dir():
+        raise abort(f"--root {root} is not a directory")
+    report = run_preflight(
+        root=root,
+        master=master or os.environ.get("MASTER_ADDR"),
+        only=check,
+        command=["nccldoctor", *sys.argv[1:]],
+    )
+    if output:
+        write_report(report, output)
+    if json_out:
+        stdout.out(json.dumps(report.to_dict(), indent=1))
+    else:
+        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,63 @@
+"""Dataclass <-> JSON-ready dict conversion for Facts, driven by the type hints.
+
+Facts cross process and node boundaries (published at rendezvous, stored in reports), so every
+Facts class must survive ``from_dict(cls, to_dict(x)) == x``. Unknown keys are ignored and
+missing keys take the field default, so older reports still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def to_dict(obj: Any) -> Any:
+    """A JSON-ready copy of a Facts dataclass (or of a list/dict of them)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def from_dict(cls: type[T], data: Any) -> T:
+    """Rebuild ``cls`` from :func:`to_dict` output; tolerant of missing and extra keys."""
+    return _convert(cls, data)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value)
+            except (TypeError, ValueError):
+                continue
+        return value
+    if origin in (list, tuple):
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        return [_convert(item_tp, v) for v in value] if isinstance(value, list) else []
+    if origin is dict:
+        _, val_tp = typing.get_args(tp) or (Any, Any)
+        return {k: _convert(val_tp, v) for k, v in value.items()} if isinstance(value, dict) else {}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        hints = typing.get_type_hints(tp)
+        kwargs = {
+            f.name: _convert(hints[f.name], value[f.name])
+            for f in dataclasses.fields(tp)
+            if f.name in value and f.init
+        }
+        return tp(**kwargs)
+    return value

@@ -1,0 +1,112 @@
+"""The nouns every part of nccldoctor shares: severities, categories, findings.
+
+A Finding is what a check (or a matched log signature) says about one problem: a stable id, the
+category it belongs to, how bad it is, the evidence that proves it and a fix the user can paste.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is; ordered so that ``max()`` gives the worst."""
+
+    OK = "ok"
+    INFO = "info"
+    WARN = "warn"
+    FAIL = "fail"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_ORDER[self]
+
+
+_SEVERITY_ORDER = {Severity.OK: 0, Severity.INFO: 1, Severity.WARN: 2, Severity.FAIL: 3}
+
+# The category vocabulary shared by preflight checks, log signatures and cluster findings.
+CATEGORIES: tuple[str, ...] = (
+    "interface_selection",
+    "connect_refused_or_timeout",
+    "firewall_or_port",
+    "ib_error",
+    "ib_memlock",
+    "shm_docker",
+    "docker_network",
+    "duplicate_gpu",
+    "version_mismatch",
+    "collective_timeout_hang",
+    "remote_peer_closed",
+    "cuda_error",
+    "p2p_error",
+    "gpu_visibility",
+    "env_config",
+    "other",
+)
+
+# The headings of the terminal and HTML views, in display order (flutter doctor's areas).
+AREAS: tuple[str, ...] = (
+    "gpu",
+    "software",
+    "nccl",
+    "network",
+    "rdma",
+    "container",
+    "environment",
+    "cluster",
+    "run",
+    "logs",
+)
+
+AREA_TITLES: dict[str, str] = {
+    "gpu": "GPU and driver",
+    "software": "Software (Python, torch, CUDA, NCCL)",
+    "nccl": "NCCL",
+    "network": "Network",
+    "rdma": "InfiniBand / RoCE",
+    "container": "Container",
+    "environment": "Environment variables",
+    "cluster": "Cluster consistency",
+    "run": "Cluster run",
+    "logs": "NCCL logs",
+}
+
+
+@dataclass
+class Finding:
+    """One problem (or one clean bill of health) with the evidence behind it."""
+
+    id: str
+    category: str
+    severity: Severity
+    title: str
+    evidence: list[str] = field(default_factory=list)
+    fix: str = ""
+    area: str = "nccl"
+    links: list[str] = field(default_factory=list)
+    node: str | None = None
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        self.severity = Severity(self.severity)
+        if self.category not in CATEGORIES:
+            raise ValueError(f"finding {self.id}: unknown category {self.category!r}")
+        if self.area not in AREAS:
+            raise ValueError(f"finding {self.id}: unknown area {self.area!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def worst(findings: list[Finding]) -> Severity:
+    """The worst severity among ``findings`` (OK when there are none)."""
+    return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)

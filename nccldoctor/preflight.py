@@ -1,0 +1,28 @@
+"""Preflight: read this node, judge it, return the Report. No network, no torch import."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from checks import run_node_checks
+from nccldoctor.probes import collect_node_facts
+from nccldoctor.report import Report
+from nccldoctor.report.status import area_status
+
+
+def run_preflight(
+    root: str | Path = "/",
+    master: str | None = None,
+    env: Mapping[str, str] | None = None,
+    only: Sequence[str] | None = None,
+    command: Sequence[str] = (),
+) -> Report:
+    facts = collect_node_facts(root=root, env=env, master=master)
+    return Report(
+        kind="preflight",
+        nodes=[facts],
+        findings=run_node_checks(facts, only=only),
+        command=list(command),
+        area_status=area_status(facts),
+    )

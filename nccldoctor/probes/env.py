@@ -1,0 +1,12 @@
+"""Probe: env (initial skeleton; grows in issue 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from nccldoctor.facts import EnvFacts
+
+
+def probe(root: Path, env: Mapping[str, str]) -> EnvFacts:
+    return EnvFacts()

@@ -1,0 +1,12 @@
+"""Probe: gpu (initial skeleton; grows in issue 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from nccldoctor.facts import GpuFacts
+
+
+def probe(root: Path, env: Mapping[str, str]) -> GpuFacts:
+    return GpuFacts()

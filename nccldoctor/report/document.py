@@ -1,0 +1,116 @@
+"""The report document: what a run found, as data. Views render it and compute nothing."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nccldoctor import __version__
+from nccldoctor.facts import NodeFacts, from_dict, to_dict
+from nccldoctor.model import AREA_TITLES, AREAS, Finding, Severity, worst
+
+SCHEMA_VERSION = 1
+
+EXIT_OK = 0  # healthy
+EXIT_FAIL = 1  # a finding failed
+EXIT_USAGE = 2  # the command line was wrong
+EXIT_INCOMPLETE = 3  # the run itself could not complete
+
+
+@dataclass
+class Report:
+    kind: str  # preflight | explain | check
+    nodes: list[NodeFacts] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    created: str = field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    )
+    tool_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+    completed: bool = True  # False when the run itself could not finish
+    area_status: dict[str, str] = field(default_factory=dict)  # area -> one-line status info
+    extra: dict[str, Any] = field(default_factory=dict)  # kind-specific sections (nccl, phases...)
+
+    @property
+    def verdict(self) -> str:
+        if not self.completed:
+            return "incomplete"
+        return {Severity.FAIL: "problems", Severity.WARN: "warnings"}.get(
+            worst(self.findings), "healthy"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        if not self.completed:
+            return EXIT_INCOMPLETE
+        return EXIT_FAIL if worst(self.findings) is Severity.FAIL else EXIT_OK
+
+    def areas(self) -> list[tuple[str, str, list[Finding]]]:
+        """(area, title, findings) for every area that has a status or a finding, in order."""
+        rows = []
+        for area in AREAS:
+            found = [f for f in self.findings if f.area == area]
+            if found or area in self.area_status:
+                rows.append((area, AREA_TITLES[area], found))
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool_version": self.tool_version,
+            "kind": self.kind,
+            "created": self.created,
+            "command": self.command,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "completed": self.completed,
+            "area_status": self.area_status,
+            "findings": [f.to_dict() for f in self.findings],
+            "nodes": [to_dict(n) for n in self.nodes],
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        core = {
+            "schema_version", "tool_version", "kind", "created", "command", "verdict",
+            "exit_code", "completed", "area_status", "findings", "nodes",
+        }  # fmt: skip
+        return cls(
+            kind=data.get("kind", "unknown"),
+            nodes=[from_dict(NodeFacts, n) for n in data.get("nodes", [])],
+            findings=[Finding.from_dict(f) for f in data.get("findings", [])],
+            command=list(data.get("command", [])),
+            created=data.get("created", ""),
+            tool_version=data.get("tool_version", "unknown"),
+            schema_version=int(data.get("schema_version", 1)),
+            completed=bool(data.get("completed", True)),
+            area_status=dict(data.get("area_status", {})),
+            extra={k: v for k, v in data.items() if k not in core},
+        )
+
+
+def write_report(report: Report, path: str | Path) -> Path:
+    """Write the JSON atomically: a reader never sees half a report."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(report.to_dict(), out, indent=1, sort_keys=False)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_report(path: str | Path) -> Report:
+    return Report.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,71 @@
+"""One-line status per area ("2 × H100, driver 550.54"), computed from Facts for every view."""
+
+from __future__ import annotations
+
+from nccldoctor.facts import NodeFacts
+
+
+def area_status(facts: NodeFacts) -> dict[str, str]:
+    """The status line of each area that has something to say about this node."""
+    lines = {
+        "gpu": _gpu(facts),
+        "software": _software(facts),
+        "network": _network(facts),
+        "rdma": _rdma(facts),
+        "container": _container(facts),
+        "environment": _environment(facts),
+    }
+    return {area: line for area, line in lines.items() if line}
+
+
+def _gpu(facts: NodeFacts) -> str:
+    gpu = facts.gpu
+    if not gpu.nvml_available:
+        return f"no NVIDIA driver: {gpu.nvml_error}" if gpu.nvml_error else "no NVIDIA driver"
+    names = sorted({d.name for d in gpu.devices}) or ["no GPU"]
+    return f"{len(gpu.devices)} × {', '.join(names)}, driver {gpu.driver_version}"
+
+
+def _software(facts: NodeFacts) -> str:
+    sw = facts.software
+    parts = [f"Python {sw.python}"] if sw.python else []
+    if sw.torch_version:
+        parts.append(f"torch {sw.torch_version}")
+    versions = sorted({lib.version for lib in sw.nccl_libraries if lib.version})
+    if versions:
+        parts.append(f"NCCL {', '.join(versions)}")
+    return ", ".join(parts)
+
+
+def _network(facts: NodeFacts) -> str:
+    net = facts.network
+    route = net.route_to_master
+    if route and route.interface:
+        mtu = next((i.mtu for i in net.interfaces if i.name == route.interface), None)
+        return f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")
+    up = [i.name for i in net.interfaces if i.up and i.kind != "loopback"]
+    return f"interfaces up: {', '.join(up)}" if up else ""
+
+
+def _rdma(facts: NodeFacts) -> str:
+    hcas = facts.rdma.hcas
+    if not hcas:
+        return "no HCA"
+    active = sum(p.state == "ACTIVE" for h in hcas for p in h.ports)
+    ports = sum(len(h.ports) for h in hcas)
+    return f"{len(hcas)} HCA, {active}/{ports} ports ACTIVE"
+
+
+def _container(facts: NodeFacts) -> str:
+    c = facts.container
+    where = c.runtime or "bare host"
+    if c.network_mode and c.runtime:
+        where += f", {c.network_mode} network"
+    if c.shm_size_bytes:
+        where += f", /dev/shm {c.shm_size_bytes / 2**20:.0f} MiB"
+    return where
+
+
+def _environment(facts: NodeFacts) -> str:
+    n = len(facts.env.variables)
+    return f"{n} relevant variable{'s' if n != 1 else ''} set"

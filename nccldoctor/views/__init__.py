@@ -1,0 +1,1 @@
+"""Views: pure renderers of a Report (terminal, HTML, JUnit). They compute nothing of their own."""
