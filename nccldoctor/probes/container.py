@@ -118,9 +118,11 @@ def _runtime(root: Path, env: Mapping[str, str], mounts: list) -> tuple[str | No
         # A bind mount's root names where its file lives on the host; "/" also names its layers.
         # (The host's own view of container mounts has other mount points, so it never matches.)
         text = f"{mount_root} {options}" if point == "/" else mount_root
-        runtime = next((r for m, r in _MOUNT_MARKERS if m in text), None)
-        if runtime:
-            saw(runtime, f"mountinfo: {point} from {mount_root}")
+        marker, runtime = next(((m, r) for m, r in _MOUNT_MARKERS if m in text), (None, None))
+        if runtime and point == "/":
+            saw(runtime, f"mountinfo: / is {fstype} with layers under {marker}")
+        elif runtime:
+            saw(runtime, f"mountinfo: {point} is bound from {mount_root}")
         elif point == "/" and fstype == "overlay":
             saw("container", "mountinfo: / is an overlay filesystem")
     if not seen:
@@ -156,7 +158,7 @@ def _network(root: Path, facts: ContainerFacts) -> None:
         facts.network_mode = "bridge"
         if default and default[2]:
             evidence.append(f"default route via {_ip(default[2])} dev {iface}")
-    elif facts.runtime is None or under(root, f"/sys/class/net/{iface}/device").exists():
+    elif facts.runtime is None or os.path.lexists(under(root, f"/sys/class/net/{iface}/device")):
         facts.network_mode = "host"  # a NIC with a device behind it is the host's own
     else:
         facts.network_mode = "unknown"
@@ -212,7 +214,7 @@ def _shm(root: Path, facts: ContainerFacts, mounts: list) -> None:
             facts.shm_source = f"mountinfo size={size.group(1)}{size.group(2)}"
         facts.shm_writable = "ro" not in line[4].split(",")
     elif not shm.is_dir():
-        facts.shm_writable = False
+        facts.shm_writable = False  # no /dev/shm mount and no folder: nothing to write to
 
 
 def _can_create_file(folder: Path) -> bool:
