@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -219,11 +218,13 @@ def _shm(root: Path, facts: ContainerFacts, mounts: list) -> None:
 
 def _can_create_file(folder: Path) -> bool:
     """NCCL creates and unlinks files in /dev/shm; try exactly that."""
+    path = folder / f"nccldoctor-{os.getpid()}"
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix="nccldoctor-"):
-            return True
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.unlink(path)
     except OSError:
         return False
+    return True
 
 
 def _limits(root: Path) -> dict[str, tuple[int | None, int | None]]:

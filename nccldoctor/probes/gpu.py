@@ -8,6 +8,7 @@ and tests, can hand another NVML-shaped object in; a missing library or driver i
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,12 @@ def probe(root: Path, env: Mapping[str, str], nvml: Any = None) -> GpuFacts:
 
 
 def _import_pynvml() -> Any:
+    """pynvml, or why NVML cannot work here. Importing pynvml costs ~0.1 s, so first try the
+    library it would load (pynvml's _LoadNvmlLibrary opens libnvidia-ml.so.1 the same way)."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as exc:
+        return OSError(f"NVML Shared Library Not Found ({exc})")
     try:
         import pynvml
     except ImportError as exc:
@@ -51,6 +58,9 @@ def _import_pynvml() -> Any:
 def _read_nvml(facts: GpuFacts, nvml: Any) -> None:
     if isinstance(nvml, ImportError):
         facts.nvml_error = f"nvidia-ml-py is not installed ({nvml})"
+        return
+    if isinstance(nvml, OSError):
+        facts.nvml_error = str(nvml)
         return
     try:
         nvml.nvmlInit()

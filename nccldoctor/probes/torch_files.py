@@ -8,13 +8,12 @@ torch distribution requires (current wheels load it through their rpath).
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import re
 from pathlib import Path
 
 from nccldoctor.facts.gpu import TorchCuda
 from nccldoctor.probes.libnccl import loadable_here, nccl_version
-from nccldoctor.probes.python_env import dist_version, package_dir, search_path
+from nccldoctor.probes.python_env import dist_metadata, dist_version, package_dir
 
 
 def read_torch(root: Path) -> TorchCuda:
@@ -66,16 +65,10 @@ def _torch_nccl(root: Path, torch_dir: Path) -> tuple[str | None, str | None]:
             return nccl_version(bundled[0]), str(bundled[0])
         except OSError:
             pass
-    for requirement in _torch_requirements(root):
+    for requirement in dist_metadata(root, "torch").get("Requires-Dist", []):
         name = re.match(r"[A-Za-z0-9._-]*", requirement).group(0)
         if name.startswith("nvidia-nccl"):
             version = dist_version(root, name)
             if version:
                 return version, f"{name} {version}"
     return None, None
-
-
-def _torch_requirements(root: Path) -> list[str]:
-    for dist in importlib.metadata.distributions(name="torch", path=search_path(root)):
-        return list(dist.requires or [])
-    return []
