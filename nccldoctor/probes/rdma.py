@@ -73,7 +73,7 @@ def _port(root: Path, hca: str, number: int, netdevs: list[str], errors: list[st
         state_raw=values["state"],
         phys_state_raw=values["phys_state"],
     )
-    for index in sorted((int(i) for i in list_dir(root, f"{base}/gids") if i.isdigit())):
+    for index in sorted(int(i) for i in list_dir(root, f"{base}/gids") if i.isdigit()):
         gid = _gid(root, base, index)
         if gid is not None:
             port.gids.append(gid)
@@ -118,8 +118,12 @@ def _modules(root: Path, facts: RdmaFacts) -> None:
             facts.read_errors.append("/proc/modules: no module lines could be read")
     facts.modules = [m for m in RDMA_MODULES if m in loaded]
     facts.peer_memory_evidence = [p for p in PEER_MEMORY_FILES if under(root, p).exists()]
-    facts.peer_memory_evidence += [f"/proc/modules: {m}" for m in PEER_MEMORY_MODULES if m in loaded]
+    facts.peer_memory_evidence += [
+        f"/proc/modules: {m}" for m in PEER_MEMORY_MODULES if m in loaded
+    ]
     module = next((m for m in PEER_MEMORY_MODULES if m in loaded), None)
     if module is None and facts.peer_memory_evidence:
-        module = "nv_peer_mem" if "memory_peers" in facts.peer_memory_evidence[0] else "nvidia_peermem"
+        module = (
+            "nv_peer_mem" if "memory_peers" in facts.peer_memory_evidence[0] else "nvidia_peermem"
+        )
     facts.peer_memory_module = module
