@@ -74,7 +74,7 @@ def _port(root: Path, hca: str, number: int, netdevs: list[str], errors: list[st
         phys_state_raw=values["phys_state"],
     )
     for index in sorted(int(i) for i in list_dir(root, f"{base}/gids") if i.isdigit()):
-        gid = _gid(root, base, index)
+        gid = _gid(root, base, index, errors)
         if gid is not None:
             port.gids.append(gid)
     ndevs = [g.ndev for g in port.gids if g.ndev]
@@ -87,9 +87,14 @@ def _enum_name(raw: str) -> str:
     return raw.split(":", 1)[1].strip() if ":" in raw else raw.strip()
 
 
-def _gid(root: Path, port_base: str, index: int) -> Gid | None:
+def _gid(root: Path, port_base: str, index: int, errors: list[str]) -> Gid | None:
     raw = read_line(root, f"{port_base}/gids/{index}")
     if not raw or raw == _ZERO_GID:
+        return None
+    try:
+        mapped = ipaddress.IPv6Address(raw).ipv4_mapped
+    except ValueError:
+        errors.append(f"{port_base}/gids/{index}: not a GID: {raw[:60]!r}")
         return None
     gid = Gid(
         index=index,
@@ -97,10 +102,6 @@ def _gid(root: Path, port_base: str, index: int) -> Gid | None:
         type=read_line(root, f"{port_base}/gid_attrs/types/{index}") or None,
         ndev=read_line(root, f"{port_base}/gid_attrs/ndevs/{index}") or None,
     )
-    try:
-        mapped = ipaddress.IPv6Address(raw).ipv4_mapped
-    except ValueError:
-        mapped = None
     gid.ipv4 = str(mapped) if mapped else None
     return gid
 
