@@ -47,7 +47,7 @@ class NetworkFacts:
     master_addresses: list[str] = field(default_factory=list)  # resolved
     master_resolve_error: str | None = None
     route_to_master: Route | None = None
-    ip_local_port_range: tuple[int, int] | None = None
+    ip_local_port_range: list[int] | None = None  # [low, high]; a list so JSON round-trips
     nccl_default_pick: str | None = None  # what NCCL's documented order would pick
     nccl_default_pick_address: str | None = None
     nccl_pick: str | None = None  # what NCCL's bootstrap would use with this env (IFNAME honoured)

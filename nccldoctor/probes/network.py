@@ -202,10 +202,10 @@ def _master_path(root: Path, live: bool, facts: NetworkFacts) -> None:
     facts.route_to_master = route
 
 
-def _port_range(root: Path) -> tuple[int, int] | None:
+def _port_range(root: Path) -> list[int] | None:
     fields = (read_line(root, "/proc/sys/net/ipv4/ip_local_port_range") or "").split()
     if len(fields) == 2 and all(f.isdigit() for f in fields):
-        return int(fields[0]), int(fields[1])
+        return [int(fields[0]), int(fields[1])]
     return None
 
 
