@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from hostfacts import HOSTS, copy_host
 
 from nccldoctor.facts import NetworkFacts, from_dict, to_dict
@@ -78,6 +79,33 @@ def test_missing_and_garbled_capture_is_recorded(tmp_path: Path):
     assert net.route_to_master.error and not net.route_to_master.interface
     (root / "run/nccldoctor/ip-addr.json").unlink()
     assert any("missing" in e for e in network.probe(root, {}, None).read_errors)
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        '[{"ifname": 7, "addr_info": "x"}]',
+        '{"a": 1}',
+        "[1, 2]",
+        '[{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "x", "prefixlen": 9}]}]',
+    ],
+)
+def test_wrong_shape_address_capture(tmp_path: Path, junk: str):
+    root = copy_host("hosts-loopback", tmp_path)
+    (root / "run/nccldoctor/ip-addr.json").write_text(junk)
+    net = network.probe(root, {}, "198.18.10.12")
+    assert any("unreadable" in e for e in net.read_errors)
+    assert [i.name for i in net.interfaces] == ["lo", "eth0"]  # sysfs still names them
+
+
+def test_link_kind_from_captured_linkinfo(tmp_path: Path):
+    root = copy_host("hosts-loopback", tmp_path)
+    captured = root / "run/nccldoctor/ip-addr.json"
+    links = json.loads(captured.read_text())
+    links[1]["linkinfo"] = {"info_kind": "veth"}  # what `ip -j -d addr` says in a container
+    captured.write_text(json.dumps(links))
+    kinds = {i.name: i.kind for i in network.probe(root, {}, None).interfaces}
+    assert kinds == {"lo": "loopback", "eth0": "veth"}
 
 
 def test_facts_round_trip():

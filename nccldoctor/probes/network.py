@@ -1,8 +1,12 @@
 """Probe: network interfaces, the route to the master, name resolution, NCCL's interface pick.
 
-Interface kinds and flags come from ``/sys/class/net`` under ``root``. Addresses come from psutil
-on the live machine; a captured tree carries them as ``ip -j addr show`` output in
-``<root>/run/nccldoctor/ip-addr.json`` (psutil cannot see a tree). Both feed one parser.
+Flags, MTU and kind clues come from ``/sys/class/net`` under ``root``. Addresses come from psutil
+on the live machine; a captured tree carries them as ``ip -j -d addr show`` output in
+``<root>/run/nccldoctor/ip-addr.json`` (psutil cannot see a tree). The link kind the kernel
+reports (rtnetlink IFLA_INFO_KIND, ``linkinfo.info_kind``: veth, bridge, ...) comes from the same
+JSON: ``ip -j -d link show`` live, the capture otherwise, parsed by one function. It is needed
+because sysfs cannot always tell a veth: its ``iflink`` is the peer's index in the peer's
+namespace, which can equal its own.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import ipaddress
 import json
 import os
 import socket
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +27,8 @@ from nccldoctor.probes.env import effective_nccl_env
 from nccldoctor.probes.nccl_rules import Candidate, default_pick, find_interfaces, parse_if_list
 from nccldoctor.probes.sysfs import list_dir, read_int, read_line, read_text, under
 
-CAPTURED_ADDRESSES = "/run/nccldoctor/ip-addr.json"  # `ip -j addr show` of a captured machine
+CAPTURED_ADDRESSES = "/run/nccldoctor/ip-addr.json"  # `ip -j -d addr show` of a captured machine
+LINK_DEADLINE_S = 3.0
 
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8  # include/uapi/linux/if.h
 _ARPHRD_LOOPBACK, _ARPHRD_NONE = 772, 65534
@@ -39,6 +45,7 @@ class _Link:
     mtu: int | None = None
     speed_mbps: int | None = None
     index: int | None = None
+    info_kind: str | None = None  # rtnetlink's link kind: veth, bridge, bond, vlan, tun ...
 
 
 def probe(root: Path, env: Mapping[str, str], master: str | None) -> NetworkFacts:
@@ -78,7 +85,7 @@ def _interface(root: Path, name: str, link: _Link) -> Interface:
         speed_mbps=speed if speed and speed > 0 else link.speed_mbps,
         ipv4=link.ipv4,
         ipv6=link.ipv6,
-        kind=_kind(root, base, flags, index, iflink),
+        kind=_kind(root, base, flags, index, iflink, link.info_kind),
         driver=_link_name(root, f"{base}/device/driver"),
         veth_peer_ifindex=iflink if iflink not in (None, index) else None,
         operstate=operstate,
@@ -89,11 +96,24 @@ def _interface(root: Path, name: str, link: _Link) -> Interface:
     return iface
 
 
-def _kind(root: Path, base: str, flags: int | None, index: int | None, iflink: int | None) -> str:
+_INFO_KINDS = {"veth": "veth", "bridge": "bridge", "bond": "bond", "vlan": "vlan", "tun": "tun",
+               "wireguard": "tun"}  # fmt: skip
+
+
+def _kind(
+    root: Path,
+    base: str,
+    flags: int | None,
+    index: int | None,
+    iflink: int | None,
+    info_kind: str | None,
+) -> str:
     devtype = ""
     for line in (read_text(root, f"{base}/uevent") or "").splitlines():
         if line.startswith("DEVTYPE="):
             devtype = line.split("=", 1)[1]
+    if info_kind:
+        return _INFO_KINDS.get(info_kind, "virtual")
     arphrd = read_int(root, f"{base}/type")
     if (flags or 0) & _IFF_LOOPBACK or arphrd == _ARPHRD_LOOPBACK:
         return "loopback"
@@ -131,12 +151,29 @@ def _live_links(facts: NetworkFacts) -> dict[str, _Link]:
                 bits = bin(int(ipaddress.ip_address(addr.netmask))).count("1")
                 text = f"{addr.address.split('%')[0]}/{bits}"
                 (link.ipv4 if addr.family == socket.AF_INET else link.ipv6).append(text)
+    for name, kind in _live_link_kinds().items():
+        links.setdefault(name, _Link()).info_kind = kind
     for name, stats in psutil.net_if_stats().items():
         link = links.setdefault(name, _Link())
         link.up, link.mtu = stats.isup, stats.mtu or None
         link.running = "running" in getattr(stats, "flags", "").split(",")
         link.speed_mbps = stats.speed or None
     return links
+
+
+def _live_link_kinds() -> dict[str, str]:
+    """name -> info_kind from ``ip -j -d link show`` (empty when ip is missing or fails)."""
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-d", "link", "show"],
+            capture_output=True,
+            text=True,
+            timeout=LINK_DEADLINE_S,
+        )
+        links = parse_ip_addr_json(out.stdout) if out.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return {name: link.info_kind for name, link in links.items() if link.info_kind}
 
 
 def _captured_links(root: Path, facts: NetworkFacts) -> dict[str, _Link]:
@@ -154,21 +191,36 @@ def _captured_links(root: Path, facts: NetworkFacts) -> dict[str, _Link]:
 
 
 def parse_ip_addr_json(text: str) -> dict[str, _Link]:
-    """``ip -j addr show`` (iproute2's JSON: ifname, ifindex, flags, mtu, addr_info)."""
+    """``ip -j [-d] addr|link show`` (iproute2's JSON: ifname, ifindex, flags, mtu, addr_info,
+    linkinfo).
+
+    Raises ValueError/TypeError/KeyError on anything that is not that shape.
+    """
     links = {}
     for entry in json.loads(text):
-        flags = entry.get("flags", [])
+        name, flags = entry["ifname"], entry.get("flags", [])
+        if not isinstance(name, str) or not isinstance(flags, list):
+            raise ValueError(f"not an interface entry: {str(entry)[:80]}")
         link = _Link(
             up="UP" in flags,
             running="LOWER_UP" in flags and entry.get("operstate") in ("UP", "UNKNOWN"),
-            mtu=entry.get("mtu"),
-            index=entry.get("ifindex"),
+            mtu=_int_or_none(entry.get("mtu")),
+            index=_int_or_none(entry.get("ifindex")),
+            info_kind=_str_or_none((entry.get("linkinfo") or {}).get("info_kind")),
         )
         for addr in entry.get("addr_info", []):
-            text_addr = f"{addr['local']}/{addr['prefixlen']}"
+            text_addr = str(ipaddress.ip_interface(f"{addr['local']}/{addr['prefixlen']}"))
             {"inet": link.ipv4, "inet6": link.ipv6}.get(addr.get("family"), []).append(text_addr)
-        links[entry["ifname"]] = link
+        links[name] = link
     return links
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _hostname(root: Path, live: bool, facts: NetworkFacts) -> None:
