@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import preflight
+from nccldoctor.cli import check, preflight
 
 app = typer.Typer(
     name="nccldoctor",
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("preflight")(preflight.preflight)
+app.command("check")(check.check)
 
 
 def _version(value: bool) -> None:
