@@ -47,11 +47,19 @@ def _software(facts: NodeFacts) -> str:
 def _network(facts: NodeFacts) -> str:
     net = facts.network
     route = net.route_to_master
+    if net.master_resolve_error:
+        return f"master {net.master} does not resolve"
+    if route and route.error:
+        return f"no route to {route.destination}"
     if route and route.interface:
         mtu = next((i.mtu for i in net.interfaces if i.name == route.interface), None)
-        return f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")
+        line = f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")
+        if net.nccl_pick and net.nccl_pick != route.interface:
+            line += f", NCCL picks {net.nccl_pick}"
+        return line
     up = [i.name for i in net.interfaces if i.up and i.kind != "loopback"]
-    return f"interfaces up: {', '.join(up)}" if up else ""
+    line = f"interfaces up: {', '.join(up)}" if up else ""
+    return f"{line}, NCCL picks {net.nccl_pick}" if line and net.nccl_pick else line
 
 
 def _rdma(facts: NodeFacts) -> str:
@@ -60,7 +68,10 @@ def _rdma(facts: NodeFacts) -> str:
         return "no HCA"
     active = sum(p.state == "ACTIVE" for h in hcas for p in h.ports)
     ports = sum(len(h.ports) for h in hcas)
-    return f"{len(hcas)} HCA, {active}/{ports} ports ACTIVE"
+    layers = sorted({p.link_layer for h in hcas for p in h.ports if p.link_layer})
+    kind = f" ({', '.join('RoCE' if x == 'Ethernet' else x for x in layers)})" if layers else ""
+    gdr = facts.rdma.peer_memory_module or "no peer memory"
+    return f"{len(hcas)} HCA{kind}, {active}/{ports} ports ACTIVE, {gdr}"
 
 
 def _container(facts: NodeFacts) -> str:
@@ -79,4 +90,9 @@ def _container(facts: NodeFacts) -> str:
 
 def _environment(facts: NodeFacts) -> str:
     n = len(facts.env.variables)
-    return f"{n} relevant variable{'s' if n != 1 else ''} set"
+    line = f"{n} relevant variable{'s' if n != 1 else ''} set"
+    files = len(facts.env.nccl_conf_files)
+    if files:
+        line += f", {files} nccl.conf file{'s' if files != 1 else ''}"
+    problems = len(facts.env.problems)
+    return line + (f", {problems} not understood by NCCL" if problems else "")
