@@ -91,3 +91,39 @@ def test_preflight_does_not_import_torch():
     assert proc.returncode == 0, proc.stderr
     assert "TORCH-MODULES []" in proc.stderr
     assert json.loads(proc.stdout)["kind"] == "preflight"
+
+
+def test_garbled_tree_ends_in_findings_not_a_traceback(tmp_path):
+    """Binary junk where the GPU, software and container probes read: a report, exit 0 or 1."""
+    junk = b"\x00\xff\xfe garbage \n\x7fELF - - -\n"
+    for path in (
+        "proc/self/mountinfo",
+        "proc/self/status",
+        "proc/self/limits",
+        "proc/self/cgroup",
+        "proc/1/cgroup",
+        "proc/net/route",
+        "proc/driver/nvidia/version",
+        "proc/sys/kernel/osrelease",
+        "etc/os-release",
+        "etc/ld.so.conf",
+        "usr/lib/python3.10/site-packages/torch/__init__.py",
+        "usr/lib/python3.10/site-packages/torch/version.py",
+        "usr/lib/python3.10/site-packages/torch-2.4.1.dist-info/METADATA",
+        "usr/lib/x86_64-linux-gnu/libnccl.so.2",
+        "sys/class/net/eth0/ifindex",
+        "sys/class/net/eth0/iflink",
+    ):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(junk)
+    (tmp_path / "proc/self/ns").mkdir(parents=True)
+    (tmp_path / "proc/self/ns/ipc").symlink_to("not-a-namespace")
+    result = runner.invoke(app, ["preflight", "--json", "--root", str(tmp_path)])
+    assert result.exit_code in (0, 1), result.output
+    doc = json.loads(result.stdout)
+    mine = ("gpu", "software", "container")
+    assert not [e for e in doc["nodes"][0]["probe_errors"] if e["probe"] in mine]
+    assert not [f for f in doc["findings"] if f["id"].endswith(".crashed") and f["area"] in mine]
+    node = doc["nodes"][0]
+    assert node["software"]["nccl_libraries"][0]["version"] is None
+    assert node["gpu"]["torch"]["installed"] is True and node["gpu"]["torch"]["version"] is None
