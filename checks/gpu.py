@@ -181,3 +181,20 @@ def driver_older_than_torch_cuda(facts: NodeFacts) -> Problem | None:
         f"--index-url https://download.pytorch.org/whl/cu{driver.replace('.', '')}\n"
         f"(any cuXYZ wheel index not newer than CUDA {driver}), or upgrade the NVIDIA driver.",
     )
+
+
+@check("gpu.unresponsive", area="gpu", category="cuda_error")
+def unresponsive(facts: NodeFacts) -> Problem | None:
+    """NVML lists a GPU but cannot read it (fallen off the bus, lost, in reset)."""
+    lost = [d for d in facts.gpu.devices if not d.name and d.read_errors]
+    if not lost:
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"GPU {', '.join(str(d.index) for d in lost)} does not answer NVML",
+        [f"GPU {d.index}: {d.read_errors[0]}" for d in lost],
+        "Any rank on this GPU fails or hangs in its first CUDA call. Check the kernel log for\n"
+        "Xid 79 (fallen off the bus) and reset or reboot before running the job:\n"
+        "  sudo dmesg | grep -i xid\n"
+        + "\n".join(f"  sudo nvidia-smi -r -i {d.index}" for d in lost),
+    )

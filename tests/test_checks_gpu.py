@@ -9,7 +9,7 @@ from fake_nvml import FakeNvml
 
 from checks import get_check
 from nccldoctor.facts import NodeFacts
-from nccldoctor.facts.gpu import TorchCuda
+from nccldoctor.facts.gpu import GpuDevice, TorchCuda
 from nccldoctor.model import Finding, Severity
 from nccldoctor.probes import gpu
 
@@ -128,3 +128,16 @@ def test_driver_older_than_torch_cuda_quiet():
     facts = node()
     facts.gpu.torch = TorchCuda(installed=True, version="2.4.1+cu121", cuda_build="12.1")
     assert run("gpu.driver-older-than-torch-cuda", facts) == []
+
+
+def test_unresponsive_fires_for_a_lost_gpu():
+    facts = node()
+    facts.gpu.devices[1] = GpuDevice(1, read_errors=["NVMLError_GpuIsLost: GPU is lost"])
+    (finding,) = run("gpu.unresponsive", facts)
+    assert finding.title == "GPU 1 does not answer NVML"
+    assert finding.evidence == ["GPU 1: NVMLError_GpuIsLost: GPU is lost"]
+    assert "sudo nvidia-smi -r -i 1" in finding.fix
+
+
+def test_unresponsive_quiet_when_only_optional_reads_fail():
+    assert run("gpu.unresponsive", node(gpu0={"ecc": None, "mig": None})) == []

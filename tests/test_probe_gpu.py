@@ -60,6 +60,25 @@ def test_mig_instances_and_modes():
     assert [u[:9] for u in device.mig_uuids] == ["MIG-0c5e0", "MIG-0c5e1"]
 
 
+def test_a_lost_gpu_keeps_the_others():
+    nvml = FakeNvml(gpu0={"name": None})
+    nvml.nvmlDeviceGetName = _raise(pynvml.NVML_ERROR_GPU_IS_LOST, nvml.nvmlDeviceGetName)
+    facts = gpu.probe(Path("/"), {}, nvml=nvml)
+    lost, healthy = facts.devices
+    assert lost.read_errors == ["NVMLError_GpuIsLost: GPU is lost"] and lost.uuid == ""
+    assert healthy.name == "NVIDIA H100 80GB HBM3" and healthy.read_errors == []
+    assert facts.visible_nvml_indices == [0, 1]
+
+
+def _raise(code, real):
+    def call(handle):
+        if handle.name is None:
+            raise pynvml.NVMLError(code)
+        return real(handle)
+
+    return call
+
+
 def test_driver_not_loaded_is_data():
     facts = gpu.probe(Path("/"), {}, nvml=FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     assert not facts.nvml_available and facts.devices == []

@@ -72,7 +72,11 @@ def _read_nvml(facts: GpuFacts, nvml: Any) -> None:
         facts.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = nvml.nvmlSystemGetCudaDriverVersion()  # 12040 -> "12.4"
         facts.cuda_driver_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        facts.devices = [_read_device(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                facts.devices.append(_read_device(nvml, index))
+            except Exception as exc:  # NVML_ERROR_GPU_IS_LOST and the like: keep the others
+                facts.devices.append(GpuDevice(index, read_errors=[_nvml_message(exc)]))
     except Exception as exc:
         facts.nvml_error = _nvml_message(exc)
     finally:
