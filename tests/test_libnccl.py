@@ -119,5 +119,15 @@ def test_find_libnccl_under_a_fixture_root(tmp_path):
     ]
 
 
+def test_preload_by_bare_name_and_missing_preload(tmp_path):
+    lib = tmp_path / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"\x7fELF")
+    by_name = libnccl.find_libnccl(tmp_path, {"LD_PRELOAD": "libnccl.so.2"})
+    assert [(c.path, c.origin) for c in by_name] == [(lib / "libnccl.so.2", "LD_PRELOAD")]
+    missing = libnccl.find_libnccl(tmp_path, {"LD_PRELOAD": "/opt/gone/libnccl.so.2"})
+    assert [c.origin for c in missing] == ["system"]
+
+
 def test_find_libnccl_on_an_empty_root(tmp_path):
     assert libnccl.find_libnccl(tmp_path, {"LD_LIBRARY_PATH": ":/nowhere:"}) == []

@@ -66,22 +66,28 @@ def find_libraries(root: Path, env: Mapping[str, str], stem: str, soname: str) -
     """Every ``<stem>.so*`` under ``root`` in LD_PRELOAD, LD_LIBRARY_PATH, torch, the nvidia
     wheels and the system folders, in that order; ``soname`` first within a folder."""
     root = Path(root)
+    library_path = [under(root, f) for f in env.get("LD_LIBRARY_PATH", "").split(":") if f]
+    system = [under(root, f) for f in (*_SYSTEM_DIRS, *_ld_so_conf_dirs(root))]
     found: list[Candidate] = []
     for entry in env.get("LD_PRELOAD", "").replace(":", " ").split():
-        if Path(entry).name.startswith(f"{stem}."):
-            found.append(Candidate(under(root, entry), ORIGIN_PRELOAD))
-    folders = [
-        (under(root, f), ORIGIN_LIBRARY_PATH)
-        for f in env.get("LD_LIBRARY_PATH", "").split(":")
-        if f
-    ]
+        if not Path(entry).name.startswith(f"{stem}."):
+            continue
+        # ld.so(8): a name without a slash is searched like any dependency; a missing file is
+        # skipped with an error message, so it replaces nothing.
+        options = (
+            [under(root, entry)] if "/" in entry else [d / entry for d in library_path + system]
+        )
+        path = next((p for p in options if p.is_file()), None)
+        if path is not None:
+            found.append(Candidate(path, ORIGIN_PRELOAD))
+    folders = [(d, ORIGIN_LIBRARY_PATH) for d in library_path]
     torch_dir = package_dir(root, "torch")
     if torch_dir is not None:
         folders.append((torch_dir / "lib", ORIGIN_TORCH))
     folders += [
         (d, ORIGIN_WHEEL) for site in site_dirs(root) for d in sorted(site.glob("nvidia/*/lib"))
     ]
-    folders += [(under(root, f), ORIGIN_SYSTEM) for f in (*_SYSTEM_DIRS, *_ld_so_conf_dirs(root))]
+    folders += [(d, ORIGIN_SYSTEM) for d in system]
     for folder, origin in folders:
         found.extend(Candidate(p, origin) for p in _libs_in(folder, stem, soname))
     return _unique(found)
