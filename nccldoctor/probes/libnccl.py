@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nccldoctor.probes.python_env import is_live, package_dir, site_dirs
+from nccldoctor.probes.python_env import package_dir, site_dirs
 from nccldoctor.probes.sysfs import read_text, under
 
 # Folders the dynamic loader searches by default or that CUDA/NCCL packages install into.
@@ -150,11 +150,6 @@ def nccl_version(path: str | Path) -> str:
     if rc != 0:
         raise OSError(f"ncclGetVersion returned {rc}")
     return decode_version(code.value)
-
-
-def loadable_here(root: Path) -> bool:
-    """Libraries under a fixture root are files to list, not code to run on this machine."""
-    return is_live(root)
 
 
 # Runs in the child: load the library, ask for a unique id, exit with 100 + the ncclResult_t (the

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from nccldoctor.facts.gpu import TorchCuda
-from nccldoctor.probes.libnccl import loadable_here, nccl_version
-from nccldoctor.probes.python_env import dist_metadata, dist_version, package_dir
+from nccldoctor.probes.libnccl import nccl_version
+from nccldoctor.probes.python_env import dist_metadata, dist_version, is_live, package_dir
 
 
 def read_torch(root: Path) -> TorchCuda:
@@ -60,7 +60,7 @@ def _str(value: object) -> str | None:
 def _torch_nccl(root: Path, torch_dir: Path) -> tuple[str | None, str | None]:
     """torch's NCCL version and where it was read from: its own copy, else its NCCL wheel."""
     bundled = sorted((torch_dir / "lib").glob("libnccl.so*"))
-    if bundled and loadable_here(root):
+    if bundled and is_live(root):  # under a fixture root, library files are not run
         try:
             return nccl_version(bundled[0]), str(bundled[0])
         except OSError:
