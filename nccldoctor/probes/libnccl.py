@@ -12,6 +12,7 @@ host, so it runs in a child process with a deadline.
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -94,11 +95,12 @@ def find_libraries(root: Path, env: Mapping[str, str], stem: str, soname: str) -
 
 
 def _libs_in(folder: Path, stem: str, soname: str) -> list[Path]:
-    try:
-        libs = [p for p in folder.glob(f"{stem}.so*") if p.is_file()]
+    try:  # os.listdir: system lib folders hold thousands of files, pathlib's glob is slow there
+        names = [n for n in os.listdir(folder) if n.startswith(f"{stem}.so")]
     except OSError:
         return []
-    return sorted(libs, key=lambda p: (p.name != soname, p.name))
+    libs = [folder / n for n in sorted(names, key=lambda n: (n != soname, n))]
+    return [p for p in libs if p.is_file()]
 
 
 def _ld_so_conf_dirs(root: Path) -> list[str]:

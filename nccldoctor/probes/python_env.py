@@ -8,6 +8,7 @@ seconds and may initialise CUDA, so torch and the NCCL wheels are read from thei
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import re
 import sys
 from pathlib import Path
@@ -65,17 +66,25 @@ def dist_metadata(root: Path, name: str) -> dict[str, list[str]]:
     Read directly from ``<name>-<version>.dist-info`` (PEP 427/491 name escaping), first match
     on the search path wins as for imports; importlib.metadata would cost more than the probes.
     """
-    escaped = re.sub(r"[-_.]+", "_", name).lower()
+    escaped = _escape(name)
     for folder in search_path(root):
-        for info in sorted(Path(folder).glob("*.dist-info")):
-            if re.sub(r"[-_.]+", "_", info.name.split("-", 1)[0]).lower() != escaped:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.endswith(".dist-info") or _escape(entry.split("-", 1)[0]) != escaped:
                 continue
             try:
-                text = (info / "METADATA").read_text(errors="replace")
+                text = Path(folder, entry, "METADATA").read_text(errors="replace")
             except OSError:
                 continue
             return _headers(text)
     return {}
+
+
+def _escape(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _headers(text: str) -> dict[str, list[str]]:
