@@ -43,7 +43,7 @@ def bridge_network(facts: NodeFacts) -> Problem | None:
         f"{c.runtime} container on a bridge network in a multi-node job",
         [*c.runtime_evidence, *c.network_evidence],
         "NCCL advertises the container's private address (behind NAT) and opens random ports,\n"
-        "so the other node's ranks cannot connect back (F01). Run the container on the host's\n"
+        "so the other node's ranks cannot connect back. Run the container on the host's\n"
         "network on every node:\n"
         "  docker run --network host ...\n"
         "  # docker compose: network_mode: host",
@@ -68,7 +68,7 @@ def shm_small(facts: NodeFacts) -> Problem | None:
         f"/dev/shm is only {size / MiB:.0f} MiB",
         evidence,
         "NCCL fails with 'failed to extend /dev/shm/nccl-... No space left on device' when local\n"
-        "ranks use shared memory (F21). Give the container more, or the host's IPC namespace:\n"
+        "ranks use shared memory. Give the container more, or the host's IPC namespace:\n"
         "  docker run --shm-size=1g ...        # or: docker run --ipc=host ...\n"
         "  # Kubernetes: an emptyDir {medium: Memory} volume mounted at /dev/shm\n"
         "  # last resort, slower: export NCCL_SHM_DISABLE=1",
@@ -85,7 +85,7 @@ def shm_not_writable(facts: NodeFacts) -> Problem | None:
         Severity.FAIL,
         "/dev/shm is missing or not writable",
         [f"creating a file in /dev/shm failed ({c.shm_source or 'no /dev/shm mount'})"],
-        "NCCL's SHM transport fails with 'shm_open failed : Permission denied' (F22):\n"
+        "NCCL's SHM transport fails with 'shm_open failed : Permission denied':\n"
         "  sudo chmod 1777 /dev/shm\n"
         "  # read-only or absent in a container: docker run --shm-size=1g ... (or --ipc=host)",
     )
@@ -103,7 +103,7 @@ def private_ipc_multi_gpu(facts: NodeFacts) -> Problem | None:
         f"Private IPC namespace with {gpus} GPUs: ranks in other containers cannot use CUDA IPC/SHM",
         [f"/proc/self/ns/ipc: {c.ipc_namespace} (the host's is ipc:[4026531839])"],
         "Fine when every local rank runs in this container. If ranks of this host run in separate\n"
-        "containers, NCCL falls back to the network between them (F24); share IPC:\n"
+        "containers, NCCL falls back to the network between them; share IPC:\n"
         "  docker run --ipc=host ...",
     )
 
@@ -123,7 +123,7 @@ def memlock_limited(facts: NodeFacts) -> Problem | None:
             f"/proc/self/limits: Max locked memory {c.memlock_soft} {c.memlock_hard} bytes",
             f"HCAs: {', '.join(h.name for h in hcas)}",
         ],
-        "RDMA registration fails with 'ibv_reg_mr failed ... Cannot allocate memory' (F15):\n"
+        "RDMA registration fails with 'ibv_reg_mr failed ... Cannot allocate memory':\n"
         "  docker run --ulimit memlock=-1:-1 --cap-add IPC_LOCK ...\n"
         "  # host: '* soft memlock unlimited' and '* hard memlock unlimited' in\n"
         "  # /etc/security/limits.conf, then log in again; Slurm: PropagateResourceLimits",
@@ -146,7 +146,7 @@ def dev_infiniband_missing(facts: NodeFacts) -> Problem | None:
             f"/dev/infiniband: {', '.join(c.dev_infiniband) or ('empty' if c.dev_infiniband_present else 'missing')}",
         ],
         "NCCL logs 'NET/IB : No device found' and falls back to TCP sockets: slow, and a hang\n"
-        "when another node uses IB (F13, F14). Pass the devices in:\n"
+        "when another node uses IB. Pass the devices in:\n"
         "  docker run --device=/dev/infiniband --cap-add=IPC_LOCK --ulimit memlock=-1:-1 ...\n"
         "  # Kubernetes: the RDMA device plugin (rdma/ib resource) or SR-IOV",
     )
@@ -179,7 +179,7 @@ def cap_sys_nice_missing(facts: NodeFacts) -> Problem | None:
         Severity.INFO,
         "No CAP_SYS_NICE: NCCL 2.24+ cuMem host memory for SHM cannot set its NUMA policy",
         [f"/proc/self/status CapEff: {c.cap_eff} (SYS_NICE is bit 23)", f"{gpus} GPUs visible"],
-        "NCCL 2.24 to 2.26.4 fail at SHM setup; 2.26.5+ fall back to /dev/shm (F23):\n"
+        "NCCL 2.24 to 2.26.4 fail at SHM setup; 2.26.5+ fall back to /dev/shm:\n"
         "  docker run --cap-add SYS_NICE ...\n"
         "  # or on every rank: export NCCL_CUMEM_HOST_ENABLE=0",
     )
@@ -195,7 +195,7 @@ def nofile_low(facts: NodeFacts) -> Problem | None:
         Severity.WARN,
         f"Open files are limited to {c.nofile_soft}",
         [f"/proc/self/limits: Max open files {c.nofile_soft} {c.nofile_hard}"],
-        "NCCL's sockets and proxies fail with 'Too many open files' on busy nodes (F27):\n"
+        "NCCL's sockets and proxies fail with 'Too many open files' on busy nodes:\n"
         f"  ulimit -n {c.nofile_hard if c.nofile_hard and c.nofile_hard > NOFILE_WARN else 65536}\n"
         "  # container: docker run --ulimit nofile=65536:65536 ...",
     )

@@ -57,7 +57,7 @@ def library_overrides_torch(facts: NodeFacts) -> list[Problem]:
                     if preload
                     else "LD_LIBRARY_PATH is searched before a library's RUNPATH, so it can win"
                 )
-                + "; nodes then run different NCCL versions (F11: 'Message truncated', hangs).\n"
+                + "; nodes then run different NCCL versions ('Message truncated', hangs).\n"
                 "Unless this NCCL is deliberate and the same on every node, drop it:\n"
                 + (
                     "  unset LD_PRELOAD"

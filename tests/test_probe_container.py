@@ -30,11 +30,13 @@ DOCKER_DEFAULT_CAPS = [
 def test_docker_bridge_container():
     facts = container.probe(FIXTURES / "docker-bridge", {})
     assert facts.runtime == "docker"
-    assert facts.runtime_evidence[0] == "/.dockerenv exists"
-    assert any(
-        e.startswith("/proc/1/cgroup: 12:pids:/docker/3f4e5d6c") for e in facts.runtime_evidence
-    )
-    assert "mountinfo: / is overlay with layers under /var/lib/docker/" in facts.runtime_evidence
+    cid = "3f4e5d6c7b8a9f0e1d2c3b4a59687766554433221100ffeeddccbbaa99887766"
+    assert facts.runtime_evidence == [
+        "/.dockerenv exists",
+        f"/proc/1/cgroup: 12:pids:/docker/{cid}",
+        "mountinfo: / is overlay with layers under /var/lib/docker/",
+        f"mountinfo: /etc/resolv.conf is bound from /var/lib/docker/containers/{cid}/resolv.conf",
+    ]
     assert facts.network_mode == "bridge"
     assert facts.network_evidence == [
         "eth0 is one end of a veth pair (iflink 10 != ifindex 9)",

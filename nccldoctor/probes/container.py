@@ -97,9 +97,13 @@ def _mountinfo(root: Path) -> list[tuple[str, str, str, str, str]]:
 
 def _runtime(root: Path, env: Mapping[str, str], mounts: list) -> tuple[str | None, list[str]]:
     seen: dict[str, list[str]] = {}
+    sources: set[tuple[str, str]] = set()
 
-    def saw(runtime: str, evidence: str) -> None:
-        seen.setdefault(runtime, []).append(evidence)
+    def saw(runtime: str, evidence: str, source: str = "") -> None:
+        """Keep the first line of each kind of evidence (one cgroup line, one bind mount)."""
+        if (runtime, source or evidence) not in sources:
+            sources.add((runtime, source or evidence))
+            seen.setdefault(runtime, []).append(evidence)
 
     if under(root, "/.dockerenv").exists():
         saw("docker", "/.dockerenv exists")
@@ -111,7 +115,7 @@ def _runtime(root: Path, env: Mapping[str, str], mounts: list) -> tuple[str | No
         for line in (read_text(root, path) or "").splitlines():
             runtime = next((r for m, r in _CGROUP_MARKERS if m in line), None)
             if runtime:
-                saw(runtime, f"{path}: {line.strip()}")
+                saw(runtime, f"{path}: {line.strip()}", "cgroup")
                 break
     for mount_root, point, fstype, _source, options in mounts:
         # A bind mount's root names where its file lives on the host; "/" also names its layers.
@@ -121,7 +125,7 @@ def _runtime(root: Path, env: Mapping[str, str], mounts: list) -> tuple[str | No
         if runtime and point == "/":
             saw(runtime, f"mountinfo: / is {fstype} with layers under {marker}")
         elif runtime:
-            saw(runtime, f"mountinfo: {point} is bound from {mount_root}")
+            saw(runtime, f"mountinfo: {point} is bound from {mount_root}", "bind")
         elif point == "/" and fstype == "overlay":
             saw("container", "mountinfo: / is an overlay filesystem")
     if not seen:
