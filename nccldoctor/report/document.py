@@ -29,7 +29,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     created: str = field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
     tool_version: str = __version__
     schema_version: int = SCHEMA_VERSION

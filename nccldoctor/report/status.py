@@ -22,15 +22,22 @@ def _gpu(facts: NodeFacts) -> str:
     gpu = facts.gpu
     if not gpu.nvml_available:
         return f"no NVIDIA driver: {gpu.nvml_error}" if gpu.nvml_error else "no NVIDIA driver"
-    names = sorted({d.name for d in gpu.devices}) or ["no GPU"]
-    return f"{len(gpu.devices)} × {', '.join(names)}, driver {gpu.driver_version}"
+    names = sorted({d.name for d in gpu.devices})
+    line = f"{len(gpu.devices)} × {', '.join(names)}" if names else "no GPU"
+    line += f", driver {gpu.driver_version}"
+    if gpu.cuda_driver_version:
+        line += f" (CUDA {gpu.cuda_driver_version})"
+    if gpu.cuda_visible_devices is not None:
+        line += f", CUDA_VISIBLE_DEVICES={gpu.cuda_visible_devices}"
+    return line
 
 
 def _software(facts: NodeFacts) -> str:
     sw = facts.software
     parts = [f"Python {sw.python}"] if sw.python else []
     if sw.torch_version:
-        parts.append(f"torch {sw.torch_version}")
+        build = f"CUDA {sw.torch_cuda}" if sw.torch_cuda else "CPU build"
+        parts.append(f"torch {sw.torch_version} ({build})")
     versions = sorted({lib.version for lib in sw.nccl_libraries if lib.version})
     if versions:
         parts.append(f"NCCL {', '.join(versions)}")
@@ -74,6 +81,10 @@ def _container(facts: NodeFacts) -> str:
         where += f", {c.network_mode} network"
     if c.shm_size_bytes:
         where += f", /dev/shm {c.shm_size_bytes / 2**20:.0f} MiB"
+    if c.memlock_soft is not None:
+        where += ", memlock " + (
+            "unlimited" if c.memlock_soft == -1 else f"{c.memlock_soft // 1024} KiB"
+        )
     return where
 
 
