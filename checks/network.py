@@ -59,7 +59,8 @@ def _route_line(net: NetworkFacts) -> str:
         return "no route lookup (no --master / MASTER_ADDR)"
     how = "ip route get" if r.method == "kernel" else "longest prefix in /proc/net/route"
     via = f" via {r.gateway}" if r.gateway else ""
-    return f"{how} {r.destination} -> dev {r.interface}{via} src {r.source}"
+    src = f" src {r.source}" if r.source else ""
+    return f"{how} {r.destination} -> dev {r.interface}{via}{src}"
 
 
 def _suggested_ifname(net: NetworkFacts) -> str:
@@ -305,16 +306,18 @@ def master_no_route(facts: NodeFacts) -> Problem | None:
 def master_nat_bridge(facts: NodeFacts) -> Problem | None:
     """The master is reached from a Docker bridge address through a gateway (NAT)."""
     net, route = facts.network, facts.network.route_to_master
-    if route is None or not route.gateway or not route.source:
+    if route is None or not route.gateway:
         return None
-    source = ipaddress.ip_address(route.source)
+    gateway = ipaddress.ip_address(route.gateway)
+    source = ipaddress.ip_address(route.source) if route.source else None
     iface = _iface(net, route.interface)
     veth = iface is not None and iface.kind == "veth"
-    if source not in _DOCKER_BRIDGE and not (veth and source in _PRIVATE_172):
+    on_bridge = gateway in _DOCKER_BRIDGE or (source is not None and source in _DOCKER_BRIDGE)
+    if not on_bridge and not (veth and gateway in _PRIVATE_172):
         return None
     return Problem(
         Severity.FAIL,
-        f"this node reaches the master from {source} via gateway {route.gateway}: behind Docker NAT",
+        f"this node reaches the master from {source or route.interface} via gateway {gateway}: behind Docker NAT",
         evidence=[
             _route_line(net),
             *([_describe(iface)] if iface else []),
