@@ -14,7 +14,12 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.env import IfList
 from nccldoctor.facts.network import Interface, NetworkFacts
 from nccldoctor.model import Severity
-from nccldoctor.probes.nccl_rules import if_list_matches
+from nccldoctor.probes.nccl_rules import (
+    candidates,
+    find_interfaces,
+    if_list_matches,
+    socket_family,
+)
 
 _DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridge network
 _PRIVATE_172 = ipaddress.ip_network("172.16.0.0/12")  # Docker's user-defined networks
@@ -97,13 +102,15 @@ def ifname_unusable(facts: NodeFacts) -> Problem | None:
     matched = [i for i in facts.network.interfaces if if_list_matches(forced, i.name)]
     if not matched:
         return None  # socket.ifname-missing says it
-    usable = [i for i in matched if i.running and (i.ipv4 or i.ipv6)]
+    family = socket_family(facts.env.effective.get("NCCL_SOCKET_FAMILY"))
+    found = {name for name, _ in find_interfaces(candidates(matched), forced, family, 16)}
+    usable = [i for i in matched if i.name in found]
     local_only = all(i.kind == "loopback" or i.name.startswith(("docker", "virbr")) for i in usable)
     if usable and not (local_only and facts.multi_node):
         return None
     name = _suggested_ifname(facts.network)
     why = (
-        "none is running with an address: NCCL finds no interface"
+        "none is running with a usable address: NCCL finds no interface"
         if not usable
         else "only loopback/docker interfaces: other nodes cannot reach them"
     )

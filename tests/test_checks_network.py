@@ -32,6 +32,8 @@ def test_ifname_unusable_down_or_loopback():
     lo = _one("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}, MASTER))
     assert "loopback" in lo.title
     assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}))
+    v6_only = {"NCCL_SOCKET_IFNAME": "eno1", "NCCL_SOCKET_FAMILY": "AF_INET6"}
+    assert findings("socket.ifname-unusable", host_facts(IB, v6_only))  # eno1 has no IPv6
     assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib0"}))
 
 
