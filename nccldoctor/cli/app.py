@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import explain, preflight
+from nccldoctor.cli import check, explain, preflight, watch
 
 app = typer.Typer(
     name="nccldoctor",
@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 app.command("preflight")(preflight.preflight)
 app.command("explain")(explain.explain)
+app.command("check")(check.check)
+app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
 
 
 def _version(value: bool) -> None:
