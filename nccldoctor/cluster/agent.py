@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import time
 import uuid
@@ -192,15 +193,6 @@ class NodeAgent:
                     reach_findings(result, c.port, self.run.node),
                     f"reach: {result.resolve_error or result.error}",
                 )
-            self.run.findings.extend(
-                interface_findings(
-                    self.run.node,
-                    result.interface,
-                    local_interfaces(),
-                    self.env,
-                    self.run.facts.network.nccl_default_pick if self.run.facts else None,
-                )
-            )
             if self.run.is_master:
                 return
             address = result.addresses[0]
@@ -307,15 +299,35 @@ class NodeAgent:
                 )
 
     def _bootstrap(self) -> None:
+        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed), compared with
+        the kernel's route to the master and the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
+        run = self.run
         with self.phase("bootstrap") as row:
+            pick = run.facts.network.nccl_default_pick if run.facts else None
+            libraries = [lib.path for lib in run.facts.software.nccl_libraries if not lib.error]
             try:
                 from nccldoctor.probes.libnccl import bootstrap_probe
             except ImportError:
-                row["status"], row["detail"] = "skipped", "no libnccl bootstrap probe available"
-                return
-            probe = bootstrap_probe(None, self.env, self.config.timeouts.bootstrap)
-            self.run.bootstrap = to_dict(probe) if not isinstance(probe, dict) else probe
-            row["detail"] = str(self.run.bootstrap.get("interface") or "")
+                bootstrap_probe = None
+            if bootstrap_probe is None or not libraries:
+                row["status"], row["detail"] = "skipped", "libnccl or its bootstrap probe missing"
+            else:
+                probe = bootstrap_probe(libraries[0], self.env, self.config.timeouts.bootstrap)
+                used = bootstrap_interface(probe.output_lines)
+                run.bootstrap = {
+                    "library": libraries[0],
+                    "rc": probe.rc,
+                    "error": probe.error,
+                    "interface": used,
+                    "lines": probe.output_lines[-20:],
+                }
+                pick = used[0] if used else pick
+                row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+            run.findings.extend(
+                interface_findings(
+                    run.node, (run.reach or {}).get("interface"), local_interfaces(), self.env, pick
+                )
+            )
 
     def _tcp(self) -> None:
         c, run = self.config, self.run
@@ -483,6 +495,20 @@ class NodeAgent:
             entries=self.entries,
             command=self.command,
         )
+
+
+# NCCL bootstrap.cc: "Bootstrap : Using%s" (<=2.23) / "Bootstrap: Using%s" (2.24+), where %s is
+# " <ifname>:<addr><port>" from ncclSocketToString (shared/reference/nccl-logs.md §4).
+_BOOTSTRAP_USING = re.compile(r"Bootstrap ?: Using\s+([^:\s]+):(\S+?)<\d+>")
+
+
+def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
+    """(interface, address) of NCCL's "Bootstrap: Using" line, if it printed one."""
+    for line in lines:
+        match = _BOOTSTRAP_USING.search(line)
+        if match:
+            return match.group(1), match.group(2)
+    return None
 
 
 def _run_status(run: NodeRun) -> str:
