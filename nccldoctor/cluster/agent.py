@@ -23,7 +23,7 @@ from typing import Any
 from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, verdict, watchdog
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
-from nccldoctor.cluster.reach import is_local, local_interfaces, reach
+from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.facts import NodeFacts, to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
@@ -82,6 +82,7 @@ class NodeAgent:
         self.gate: gate.GateServer | None = None
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
+        self._hello_found: list[Finding] = []
         self._stopping = False
         self.started = time.monotonic()
 
@@ -180,45 +181,49 @@ class NodeAgent:
             self.run.area_status.update(pf.area_status)
 
     def _reach(self) -> None:
-        c, t = self.config, self.config.timeouts
+        c, t, run = self.config, self.config.timeouts, self.run
         with self.phase("reach") as row:
-            self.run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(c.master))
-            if self.run.is_master:
-                self._host()
-            result = reach(c.master, c.port, time.monotonic() + t.reach)
-            self.run.reach = asdict(result)
-            row["detail"] = f"{result.interface} → {c.master}:{c.port}"
-            if not result.connected:
+            deadline = time.monotonic() + t.reach
+            result = locate(c.master)
+            run.reach = asdict(result)
+            if result.resolve_error:
                 self._fail(
-                    reach_findings(result, c.port, self.run.node),
-                    f"reach: {result.resolve_error or result.error}",
+                    reach_findings(result, c.port, run.node), f"reach: {result.resolve_error}"
                 )
-            if self.run.is_master:
-                return
             address = result.addresses[0]
-            reply = gate.say_hello(
-                address,
-                c.gate_port,
-                self.run.node,
-                result.source or "",
-                c.token,
-                time.monotonic() + t.reach,
-            )
-            self.run.hello = {
-                "ok": reply.ok,
-                "seen": reply.seen,
-                "advertised": result.source,
-                "skew_s": reply.skew_s,
-                "rtt_s": reply.rtt_s,
-                "error": reply.error,
-            }
-            found = hello_findings(
-                reply, result.source or "", self.run.node, f"{address}:{c.gate_port}"
-            )
-            if not reply.ok:
-                self._fail(found, f"reach: {reply.error}")
-            self.run.findings.extend(found)
-            self.run.run_id = reply.run_id
+            run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
+            row["detail"] = f"{result.interface} → {address}:{c.port}"
+            if run.is_master:
+                self._host()
+            else:  # hello first: the master learns of this node even when its store port is blocked
+                self._hello(result, deadline)
+            connect(result, c.port, max(deadline, time.monotonic() + 3))
+            run.reach = asdict(result)
+            if not result.connected:
+                if not run.is_master:
+                    gate.send_note(address, c.gate_port, run.node, c.token, str(result.error))
+                self._fail(reach_findings(result, c.port, run.node), f"reach: {result.error}")
+            if run.hello and not run.hello["ok"]:
+                self._fail(self._hello_found, f"reach: {run.hello['error']}")
+
+    def _hello(self, result: ReachResult, deadline: float) -> None:
+        c, run = self.config, self.run
+        address, advertised = result.addresses[0], result.source or ""
+        reply = gate.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
+        run.hello = {
+            "ok": reply.ok,
+            "seen": reply.seen,
+            "advertised": advertised,
+            "skew_s": reply.skew_s,
+            "rtt_s": reply.rtt_s,
+            "error": reply.error,
+        }
+        self._hello_found = hello_findings(reply, advertised, run.node, f"{address}:{c.gate_port}")
+        if reply.refused:
+            self._fail(self._hello_found, f"reach: {reply.error}")
+        if reply.ok:
+            run.findings.extend(self._hello_found)
+            run.run_id = reply.run_id
 
     def _host(self) -> None:
         """The master's store and gate, up before anyone can knock."""
