@@ -8,6 +8,7 @@ import typer
 
 from nccldoctor import __version__
 from nccldoctor.cli import preflight
+from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
     name="nccldoctor",
@@ -17,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("preflight")(preflight.preflight)
+app.command("report")(report_command.report)
 
 
 def _version(value: bool) -> None:
