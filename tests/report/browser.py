@@ -10,6 +10,7 @@ and every CSP or log error is recorded, so a test can prove that nothing left th
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -110,10 +111,8 @@ class Chromium:
         self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
             self._send("Browser.close")
-        except (OSError, TimeoutError, RuntimeError):
-            pass
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
