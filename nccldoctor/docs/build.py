@@ -38,16 +38,19 @@ def generate(docs_dir: Path, checks: Iterable[Any], signatures: Iterable[Any]) -
     checks, signatures = list(checks), list(signatures)
     refs = load_refs(docs_dir)
     pages: dict[str, str] = {}
-    entries = [(c, render_check_page) for c in checks] + [
-        (s, render_signature_page) for s in signatures
-    ]
-    for entry, render in entries:
+    for entry in [*checks, *signatures]:
         if not _SAFE_ID.match(entry.id) or entry.id.endswith(CRASHED_SUFFIX):
             raise ValueError(f"finding id {entry.id!r} cannot name a page")
         path = f"findings/{entry.id}.md"
         if path in pages or entry.id == INDEX_NAME.removesuffix(".md"):
             raise ValueError(f"finding id {entry.id!r} is used twice")
-        pages[path] = render(entry, refs)
+        pages[path] = ""
+    for c in checks:
+        related = [s for s in signatures if s.category == c.category]
+        pages[f"findings/{c.id}.md"] = render_check_page(c, refs, related)
+    for s in signatures:
+        related = [c for c in checks if c.category == s.category]
+        pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related)
     pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs)
     return pages
 
