@@ -170,3 +170,19 @@ def test_write_pages_reports_nothing_when_current(tmp_path):
     pages = generate(docs, *catalogue())
     assert write_pages(docs, pages) == []
     assert stale_files(docs, pages) == []
+
+
+def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
+    rule = Check("cluster.env-differs", "cluster", "env_config", "cluster", _cluster_rule, "")
+    page = render_check_page(rule, load_refs(DOCS), [], "Seen as `Message truncated`.")
+    assert "## What goes wrong\n\nSeen as `Message truncated`." in page
+
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    refs = docs / "finding_refs.toml"
+    text = refs.read_text()
+    text = text if "\n[notes]\n" in text else text + "\n[notes]\n"
+    refs.write_text(text.replace("\n[notes]\n", '\n[notes]\n"no.such-check" = "text"\n'))
+    result = run_docs("--check", "--docs-dir", str(docs))
+    assert result.returncode == 2
+    assert "no.such-check" in result.stderr

@@ -11,6 +11,7 @@ from typing import Any
 from nccldoctor.docs import CRASHED_SUFFIX
 from nccldoctor.docs.pages import (
     INDEX_NAME,
+    load_notes,
     load_refs,
     render_check_page,
     render_index,
@@ -45,12 +46,16 @@ def generate(docs_dir: Path, checks: Iterable[Any], signatures: Iterable[Any]) -
         if path in pages or entry.id == INDEX_NAME.removesuffix(".md"):
             raise ValueError(f"finding id {entry.id!r} is used twice")
         pages[path] = ""
+    notes = load_notes(docs_dir)
+    unknown = sorted(i for i in notes if f"findings/{i}.md" not in pages)
+    if unknown:
+        raise ValueError(f"finding_refs.toml has notes for ids nothing registers: {unknown}")
     for c in checks:
         related = [s for s in signatures if s.category == c.category]
-        pages[f"findings/{c.id}.md"] = render_check_page(c, refs, related)
+        pages[f"findings/{c.id}.md"] = render_check_page(c, refs, related, notes.get(c.id, ""))
     for s in signatures:
         related = [c for c in checks if c.category == s.category]
-        pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related)
+        pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related, notes.get(s.id, ""))
     pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs)
     return pages
 

@@ -32,9 +32,18 @@ class CategoryRef:
     references: tuple[str, ...] = ()  # owner/repo#N or plain text
 
 
+def _load(docs_dir: Path) -> dict[str, Any]:
+    return tomllib.loads((docs_dir / REFS_NAME).read_text(encoding="utf-8"))
+
+
+def load_notes(docs_dir: Path) -> dict[str, str]:
+    """Hand-written notes for single finding ids (``[notes]``: id = markdown)."""
+    return {i: text.strip() for i, text in _load(docs_dir).get("notes", {}).items()}
+
+
 def load_refs(docs_dir: Path) -> dict[str, CategoryRef]:
     """The per-category background table; every category must have exactly one entry."""
-    data = tomllib.loads((docs_dir / REFS_NAME).read_text(encoding="utf-8"))
+    data = _load(docs_dir)
     refs = {
         name: CategoryRef(
             title=entry["title"],
@@ -133,8 +142,12 @@ def _related(heading: str, entries: Sequence[Any]) -> list[str]:
     return [f"## {heading}", "", *lines, ""]
 
 
+def _note(note: str) -> list[str]:
+    return ["## What goes wrong", "", link_refs(note), ""] if note else []
+
+
 def render_check_page(
-    check: Any, refs: Mapping[str, CategoryRef], signatures: Sequence[Any] = ()
+    check: Any, refs: Mapping[str, CategoryRef], signatures: Sequence[Any] = (), note: str = ""
 ) -> str:
     """The page of one registered check (a ``checks.Check``); ``signatures`` of its category."""
     area_title = AREA_TITLES.get(check.area, check.area)
@@ -162,6 +175,7 @@ def render_check_page(
     body = inspect.cleandoc(check.func.__doc__ or "").split("\n", 1)[1:]
     if body and body[0].strip():
         parts += ["## What it checks", "", _prose(body[0]), ""]
+    parts += _note(note)
     parts += [
         "## Run it",
         "",
@@ -177,7 +191,7 @@ def render_check_page(
 
 
 def render_signature_page(
-    sig: Any, refs: Mapping[str, CategoryRef], checks: Sequence[Any] = ()
+    sig: Any, refs: Mapping[str, CategoryRef], checks: Sequence[Any] = (), note: str = ""
 ) -> str:
     """The page of one log signature (a ``checks.signatures.Signature``); ``checks`` of its category."""
     ref = refs[sig.category]
@@ -204,7 +218,8 @@ def render_signature_page(
     if prefilter:
         quoted = " or ".join(f"`{p}`" for p in prefilter)
         parts += [f"(tried only on lines containing {quoted})", ""]
-    parts += ["## Cause", "", _prose(sig.cause), "", "## Fix", "", _fence(sig.fix, "bash"), ""]
+    parts += ["## Cause", "", _prose(sig.cause), "", *_note(note)]
+    parts += ["## Fix", "", _fence(sig.fix, "bash"), ""]
     references = _as_list(sig.reference)
     if references:
         parts += ["## References", "", *(f"- {link_refs(r)}" for r in references), ""]
