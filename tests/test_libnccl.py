@@ -113,7 +113,7 @@ def test_find_libnccl_under_a_fixture_root(tmp_path):
         ("usr/local/lib/python3.10/dist-packages/torch/lib/libnccl.so.2", "torch"),
         (
             "usr/local/lib/python3.10/dist-packages/nvidia/nccl/lib/libnccl.so.2",
-            "nvidia-nccl wheel",
+            "nvidia wheel",
         ),
         ("usr/lib/x86_64-linux-gnu/libnccl.so.2", "system"),
     ]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import preflight
+from nccldoctor.cli import check, explain, preflight, watch
 
 app = typer.Typer(
     name="nccldoctor",
@@ -17,6 +17,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("preflight")(preflight.preflight)
+app.command("explain")(explain.explain)
+app.command("check")(check.check)
+app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
 
 
 def _version(value: bool) -> None:

@@ -35,7 +35,7 @@ _SYSTEM_DIRS = (
 )
 
 ORIGIN_TORCH = "torch"
-ORIGIN_WHEEL = "nvidia-nccl wheel"
+ORIGIN_WHEEL = "nvidia wheel"  # nvidia-nccl-cu12, nvidia-cuda-runtime-cu12 ...
 ORIGIN_SYSTEM = "system"
 ORIGIN_PRELOAD = "LD_PRELOAD"
 ORIGIN_LIBRARY_PATH = "LD_LIBRARY_PATH"
@@ -59,32 +59,40 @@ class BootstrapResult:
 
 def find_libnccl(root: Path, env: Mapping[str, str]) -> list[Candidate]:
     """Every libnccl found under ``root``, most specific origin first, one entry per file."""
+    return find_libraries(root, env, "libnccl", "libnccl.so.2")
+
+
+def find_libraries(root: Path, env: Mapping[str, str], stem: str, soname: str) -> list[Candidate]:
+    """Every ``<stem>.so*`` under ``root`` in LD_PRELOAD, LD_LIBRARY_PATH, torch, the nvidia
+    wheels and the system folders, in that order; ``soname`` first within a folder."""
     root = Path(root)
     found: list[Candidate] = []
     for entry in env.get("LD_PRELOAD", "").replace(":", " ").split():
-        if "libnccl" in Path(entry).name:
+        if Path(entry).name.startswith(f"{stem}."):
             found.append(Candidate(under(root, entry), ORIGIN_PRELOAD))
-    for folder in env.get("LD_LIBRARY_PATH", "").split(":"):
-        if folder:
-            found.extend(Candidate(p, ORIGIN_LIBRARY_PATH) for p in _libs_in(under(root, folder)))
+    folders = [
+        (under(root, f), ORIGIN_LIBRARY_PATH)
+        for f in env.get("LD_LIBRARY_PATH", "").split(":")
+        if f
+    ]
     torch_dir = package_dir(root, "torch")
     if torch_dir is not None:
-        found.extend(Candidate(p, ORIGIN_TORCH) for p in _libs_in(torch_dir / "lib"))
-    for site in site_dirs(root):
-        for lib_dir in sorted(site.glob("nvidia/*/lib")):
-            found.extend(Candidate(p, ORIGIN_WHEEL) for p in _libs_in(lib_dir))
-    for folder in (*_SYSTEM_DIRS, *_ld_so_conf_dirs(root)):
-        found.extend(Candidate(p, ORIGIN_SYSTEM) for p in _libs_in(under(root, folder)))
+        folders.append((torch_dir / "lib", ORIGIN_TORCH))
+    folders += [
+        (d, ORIGIN_WHEEL) for site in site_dirs(root) for d in sorted(site.glob("nvidia/*/lib"))
+    ]
+    folders += [(under(root, f), ORIGIN_SYSTEM) for f in (*_SYSTEM_DIRS, *_ld_so_conf_dirs(root))]
+    for folder, origin in folders:
+        found.extend(Candidate(p, origin) for p in _libs_in(folder, stem, soname))
     return _unique(found)
 
 
-def _libs_in(folder: Path) -> list[Path]:
-    """libnccl files in ``folder``, the soname ``libnccl.so.2`` first (what the loader opens)."""
+def _libs_in(folder: Path, stem: str, soname: str) -> list[Path]:
     try:
-        libs = [p for p in folder.glob("libnccl.so*") if p.is_file()]
-        return sorted(libs, key=lambda p: (p.name != "libnccl.so.2", p.name))
+        libs = [p for p in folder.glob(f"{stem}.so*") if p.is_file()]
     except OSError:
         return []
+    return sorted(libs, key=lambda p: (p.name != soname, p.name))
 
 
 def _ld_so_conf_dirs(root: Path) -> list[str]:

@@ -8,7 +8,7 @@ seconds and may initialise CUDA, so torch and the NCCL wheels are read from thei
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
@@ -55,9 +55,38 @@ def package_dir(root: Path, name: str) -> Path | None:
 
 def dist_version(root: Path, name: str) -> str | None:
     """The installed version of distribution ``name`` (as ``pip list`` shows it)."""
-    for dist in importlib.metadata.distributions(name=name, path=search_path(root)):
-        return dist.version
-    return None
+    values = dist_metadata(root, name).get("Version")
+    return values[0] if values else None
+
+
+def dist_metadata(root: Path, name: str) -> dict[str, list[str]]:
+    """The header fields of distribution ``name``'s METADATA (``Requires-Dist`` repeats).
+
+    Read directly from ``<name>-<version>.dist-info`` (PEP 427/491 name escaping), first match
+    on the search path wins as for imports; importlib.metadata would cost more than the probes.
+    """
+    escaped = re.sub(r"[-_.]+", "_", name).lower()
+    for folder in search_path(root):
+        for info in sorted(Path(folder).glob("*.dist-info")):
+            if re.sub(r"[-_.]+", "_", info.name.split("-", 1)[0]).lower() != escaped:
+                continue
+            try:
+                text = (info / "METADATA").read_text(errors="replace")
+            except OSError:
+                continue
+            return _headers(text)
+    return {}
+
+
+def _headers(text: str) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the body (long description) starts after the first blank line
+        key, sep, value = line.partition(":")
+        if sep and not line[0].isspace():
+            fields.setdefault(key.strip(), []).append(value.strip())
+    return fields
 
 
 def site_dirs(root: Path) -> list[Path]:
