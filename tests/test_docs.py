@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from checks import Check, all_checks
+from checks import Check, Problem, all_checks
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
 from nccldoctor.docs.pages import load_refs, render_check_page, render_index
-from nccldoctor.model import CATEGORIES
+from nccldoctor.model import CATEGORIES, Severity
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -186,3 +186,16 @@ def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
     result = run_docs("--check", "--docs-dir", str(docs))
     assert result.returncode == 2
     assert "no.such-check" in result.stderr
+
+
+def _warns_or_fails(facts):
+    """Warns or fails (a rule for this test only)."""
+    return Problem(Severity.WARN if facts else Severity.FAIL, "t")
+
+
+def test_check_page_names_the_severities_its_body_uses():
+    refs = load_refs(DOCS)
+    rule = Check("test.sev", "network", "other", "node", _warns_or_fails, "Warns or fails.")
+    assert "| can report | `fail`, `warn` |" in render_check_page(rule, refs)
+    silent = Check("test.none", "network", "other", "node", _cluster_rule, "")
+    assert "can report" not in render_check_page(silent, refs)
