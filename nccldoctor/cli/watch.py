@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,9 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import abort, stderr
+from nccldoctor.cluster.rendezvous import RendezvousError
 from nccldoctor.report import write_report
+from nccldoctor.watch.peers import WatchPeers
 from nccldoctor.watch.report import watch_report
 from nccldoctor.watch.supervisor import WatchConfig, WatchOutcome, run_watched
 
@@ -28,6 +31,18 @@ def watch(
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="Report a hang but leave the job running.")
     ] = False,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master",
+            envvar="NCCLDOCTOR_MASTER",
+            help="Meet the other nodes' watchers through a store on this address.",
+        ),
+    ] = None,
+    port: Annotated[
+        int,
+        typer.Option("--port", envvar="NCCLDOCTOR_WATCH_PORT", help="The watchers' store port."),
+    ] = 29402,
 ) -> None:
     """Run CMD with NCCL/PyTorch debugging on; on a hang or crash write the report.
 
@@ -39,15 +54,19 @@ def watch(
     argv = ["nccldoctor", *sys.argv[1:]]
 
     def write(outcome: WatchOutcome, final: bool) -> None:
-        report = watch_report(outcome, argv, final=final)
+        report = watch_report(outcome, argv, out, final=final)
         write_report(report, report_path)
         stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
 
+    peers = None
+    if master:
+        try:
+            peers = WatchPeers.join(master, port, socket.gethostname(), timeout_s=60.0)
+        except RendezvousError as exc:
+            raise abort(f"cannot meet the other watchers: {exc}", code=3) from exc
     try:
         outcome = run_watched(
-            WatchConfig(
-                command=command, out_dir=out, hang_after_s=hang_after, keep_running=keep_running
-            ),
+            WatchConfig(command, out, hang_after, keep_running, peers),
             on_event=lambda msg: stderr.print(f"nccldoctor: {msg}"),
             on_hang=lambda o: write(o, final=False),
         )
@@ -56,5 +75,5 @@ def watch(
     if outcome.hung or outcome.exit_code != 0:
         write(outcome, final=True)
     else:
-        write_report(watch_report(outcome, argv), report_path)
+        write_report(watch_report(outcome, argv, out), report_path)
     raise typer.Exit(outcome.exit_code)
