@@ -131,3 +131,13 @@ def test_preload_by_bare_name_and_missing_preload(tmp_path):
 
 def test_find_libnccl_on_an_empty_root(tmp_path):
     assert libnccl.find_libnccl(tmp_path, {"LD_LIBRARY_PATH": ":/nowhere:"}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [("libnccl.so.2.21.5", "2.21.5"), ("libnccl.so.2", None), ("libnccl.so.2.x", None)],
+)
+def test_version_in_name(tmp_path, name, version):
+    (tmp_path / name).write_bytes(b"")
+    (tmp_path / "link").symlink_to(name)
+    assert libnccl.version_in_name(tmp_path / "link", "libnccl") == version

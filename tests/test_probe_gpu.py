@@ -167,6 +167,17 @@ def test_torch_cuda_build_and_its_nccl_wheel_from_files(tmp_path):
     assert (view.nccl_version, view.nccl_source) == ("2.20.5", "nvidia-nccl-cu12 2.20.5")
 
 
+def test_torch_with_its_own_libnccl_copy(tmp_path):
+    _fake_torch(tmp_path, "__version__ = '2.1.2+cu118'\ncuda = '11.8'\n", [])
+    lib = tmp_path / "usr/local/lib/python3.10/dist-packages/torch/lib"
+    lib.mkdir()
+    (lib / "libnccl.so.2.18.1").write_bytes(b"\x7fELF")
+    (lib / "libnccl.so.2").symlink_to("libnccl.so.2.18.1")
+    view = gpu.probe(tmp_path, {}).torch
+    assert view.nccl_version == "2.18.1"
+    assert view.nccl_source == str(lib / "libnccl.so.2")
+
+
 def test_torch_cpu_build_has_no_nccl(tmp_path):
     _fake_torch(tmp_path, "__version__ = '2.4.1+cpu'\ncuda = None\n", [])
     view = gpu.probe(tmp_path, {}).torch

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -142,6 +143,16 @@ def decode_version(code: int) -> str:
     if code >= 10000:
         return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
     return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def version_in_name(path: Path, stem: str) -> str | None:
+    """The version a library's real file name carries (``libnccl.so.2.21.5`` -> "2.21.5")."""
+    try:
+        name = path.resolve().name
+    except OSError:
+        name = path.name
+    match = re.fullmatch(rf"{re.escape(stem)}\.so\.(\d+(?:\.\d+)+)", name)
+    return match.group(1) if match and match.group(1).count(".") >= 2 else None
 
 
 def nccl_version(path: str | Path) -> str:

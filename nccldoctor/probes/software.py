@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import ctypes
 import platform
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from nccldoctor.facts import SoftwareFacts
 from nccldoctor.facts.software import NcclLibrary
-from nccldoctor.probes.libnccl import Candidate, find_libnccl, find_libraries, nccl_version
+from nccldoctor.probes.libnccl import (
+    Candidate,
+    find_libnccl,
+    find_libraries,
+    nccl_version,
+    version_in_name,
+)
 from nccldoctor.probes.python_env import dist_version, is_live
 from nccldoctor.probes.sysfs import read_line, read_text
 from nccldoctor.probes.torch_files import read_torch
@@ -65,13 +70,14 @@ def _nccl_library(root: Path, candidate: Candidate) -> NcclLibrary:
         except (OSError, AttributeError) as exc:  # not loadable, or no ncclGetVersion symbol
             library.error = f"{type(exc).__name__}: {exc}"
     else:
-        library.version = _version_in_name(candidate.path, r"libnccl\.so\.(\d+\.\d+\.\d+)$")
+        library.version = version_in_name(candidate.path, "libnccl")
     return library
 
 
 def _cudart_version(root: Path, path: Path) -> str | None:
     if not is_live(root):
-        return _version_in_name(path, r"libcudart\.so\.(\d+\.\d+)")
+        version = version_in_name(path, "libcudart")  # 12.4.127
+        return ".".join(version.split(".")[:2]) if version else None
     try:
         code = ctypes.c_int(0)
         if ctypes.CDLL(str(path)).cudaRuntimeGetVersion(ctypes.byref(code)) != 0:
@@ -79,15 +85,6 @@ def _cudart_version(root: Path, path: Path) -> str | None:
     except (OSError, AttributeError):
         return None
     return f"{code.value // 1000}.{code.value % 1000 // 10}"  # 12040 -> 12.4 (CUDART_VERSION)
-
-
-def _version_in_name(path: Path, pattern: str) -> str | None:
-    try:
-        name = path.resolve().name
-    except OSError:
-        name = path.name
-    match = re.search(pattern, name)
-    return match.group(1) if match else None
 
 
 def _shown(root: Path, path: Path) -> str:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from nccldoctor.facts.gpu import TorchCuda
-from nccldoctor.probes.libnccl import nccl_version
+from nccldoctor.probes.libnccl import nccl_version, version_in_name
 from nccldoctor.probes.python_env import dist_metadata, dist_version, is_live, package_dir
 
 
@@ -60,7 +60,11 @@ def _str(value: object) -> str | None:
 def _torch_nccl(root: Path, torch_dir: Path) -> tuple[str | None, str | None]:
     """torch's NCCL version and where it was read from: its own copy, else its NCCL wheel."""
     bundled = sorted((torch_dir / "lib").glob("libnccl.so*"))
-    if bundled and is_live(root):  # under a fixture root, library files are not run
+    if bundled and not is_live(root):  # under a fixture root, library files are not run
+        version = version_in_name(bundled[0], "libnccl")
+        if version:
+            return version, str(bundled[0])
+    elif bundled:
         try:
             return nccl_version(bundled[0]), str(bundled[0])
         except OSError:
