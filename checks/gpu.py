@@ -23,14 +23,16 @@ def visible_gpu_count(gpu: GpuFacts) -> int:
 
 @check("gpu.no-gpu", area="gpu", category="gpu_visibility")
 def no_gpu(facts: NodeFacts) -> Problem | None:
-    """No NVIDIA driver or no GPU: NCCL cannot run on this node."""
+    """No NVIDIA driver or no GPU: NCCL cannot run on this node (gloo still can)."""
     gpu = facts.gpu
     if gpu.nvml_available and gpu.devices:
         return None
     evidence = [f"NVML: {gpu.nvml_error}" if gpu.nvml_error else "NVML: 0 GPUs"]
     evidence.append(f"/proc/driver/nvidia/version: {gpu.kernel_driver or 'missing'}")
     evidence.append(f"/dev/nvidia*: {', '.join(gpu.device_files) or 'none'}")
-    if gpu.kernel_driver or gpu.device_files:
+    evidence.append(f"torch: {gpu.torch.version or 'not installed'}")
+    driver_traces = gpu.nvml_available or gpu.kernel_driver or gpu.device_files
+    if driver_traces:
         fix = (
             "The driver is there but this environment cannot use it. In a container, run it with\n"
             "the NVIDIA runtime:\n"
@@ -43,8 +45,14 @@ def no_gpu(facts: NodeFacts) -> Problem | None:
             "  nvidia-smi\n"
             "On a CPU-only node use the gloo backend: torch.distributed.init_process_group('gloo')"
         )
+    # A node with driver traces or a CUDA build of torch was meant to run GPUs: broken. A node
+    # with neither is a CPU node, where DDP runs on gloo: worth saying, not a failure.
+    meant_for_gpus = driver_traces or gpu.torch.cuda_build
     return Problem(
-        Severity.FAIL, "No usable NVIDIA GPU or driver: NCCL cannot run here", evidence, fix
+        Severity.FAIL if meant_for_gpus else Severity.WARN,
+        "No usable NVIDIA GPU or driver: NCCL cannot run here",
+        evidence,
+        fix,
     )
 
 

@@ -29,6 +29,7 @@ def test_no_gpu_fires_without_a_driver():
     facts = NodeFacts(
         gpu=gpu.probe(Path("/"), {}, nvml=FakeNvml(pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     )
+    facts.gpu.torch = TorchCuda(True, "2.4.1+cu121", "12.1")
     (finding,) = run("gpu.no-gpu", facts)
     assert finding.severity is Severity.FAIL and finding.category == "gpu_visibility"
     assert finding.evidence[0] == "NVML: NVMLError_DriverNotLoaded: Driver Not Loaded"
@@ -42,6 +43,19 @@ def test_no_gpu_with_device_files_points_at_the_container_runtime():
     facts.gpu.device_files = ["/dev/nvidia0", "/dev/nvidiactl"]
     (finding,) = run("gpu.no-gpu", facts)
     assert "docker run --gpus all" in finding.fix
+
+
+def test_no_gpu_on_a_cpu_node_is_a_warning():
+    facts = NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {}))
+    facts.gpu.torch = TorchCuda(True, "2.13.0+cpu")
+    (finding,) = run("gpu.no-gpu", facts)
+    assert finding.severity is Severity.WARN
+    assert finding.evidence[1:] == [
+        "/proc/driver/nvidia/version: missing",
+        "/dev/nvidia*: none",
+        "torch: 2.13.0+cpu",
+    ]
+    assert "init_process_group('gloo')" in finding.fix
 
 
 def test_no_gpu_quiet_with_gpus():

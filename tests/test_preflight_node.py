@@ -26,10 +26,12 @@ def _has_nvidia_driver() -> bool:
 @pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
 def test_this_machine_reports_no_driver_with_its_fix():
     result = runner.invoke(app, ["preflight", "--json"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code in (0, 1), result.output
     doc = json.loads(result.stdout)
     (finding,) = [f for f in doc["findings"] if f["id"] == "gpu.no-gpu"]
-    assert finding["severity"] == "fail" and finding["area"] == "gpu"
+    # a CPU build of torch makes this a CPU node (gloo): a warning; a CUDA build: a failure
+    cuda_torch = doc["nodes"][0]["gpu"]["torch"]["cuda_build"]
+    assert finding["severity"] == ("fail" if cuda_torch else "warn") and finding["area"] == "gpu"
     assert finding["evidence"][1] == "/proc/driver/nvidia/version: missing"
     assert "Install the NVIDIA driver on the host" in finding["fix"]
     assert "nvidia-smi" in finding["fix"]
@@ -44,7 +46,7 @@ def test_this_machine_terminal_output_shows_the_fix():
     if _has_nvidia_driver():
         assert result.exit_code == 0
         return
-    assert result.exit_code == 1
+    assert result.exit_code in (0, 1)
     assert "No usable NVIDIA GPU or driver: NCCL cannot run here" in result.stdout
     assert "Fix:" in result.stdout
 
