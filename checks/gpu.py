@@ -46,10 +46,10 @@ def no_gpu(facts: NodeFacts) -> Problem | None:
             "On a CPU-only node use the gloo backend: torch.distributed.init_process_group('gloo')"
         )
     # A node with driver traces or a CUDA build of torch was meant to run GPUs: broken. A node
-    # with neither is a CPU node, where DDP runs on gloo: worth saying, not a failure.
+    # with neither is a CPU node, where DDP runs on gloo: worth saying, not a warning.
     meant_for_gpus = driver_traces or gpu.torch.cuda_build
     return Problem(
-        Severity.FAIL if meant_for_gpus else Severity.WARN,
+        Severity.FAIL if meant_for_gpus else Severity.INFO,
         "No usable NVIDIA GPU or driver: NCCL cannot run here",
         evidence,
         fix,

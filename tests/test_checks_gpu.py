@@ -45,11 +45,11 @@ def test_no_gpu_with_device_files_points_at_the_container_runtime():
     assert "docker run --gpus all" in finding.fix
 
 
-def test_no_gpu_on_a_cpu_node_is_a_warning():
+def test_no_gpu_on_a_cpu_node_is_info():
     facts = NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {}))
     facts.gpu.torch = TorchCuda(True, "2.13.0+cpu")
     (finding,) = run("gpu.no-gpu", facts)
-    assert finding.severity is Severity.WARN
+    assert finding.severity is Severity.INFO
     assert finding.evidence[1:] == [
         "/proc/driver/nvidia/version: missing",
         "/dev/nvidia*: none",
