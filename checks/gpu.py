@@ -66,6 +66,8 @@ def visible_devices_hide_all(facts: NodeFacts) -> Problem | None:
     if gpu.nvml_available:
         if not gpu.devices or gpu.visible_nvml_indices:
             return None
+    elif not (gpu.kernel_driver or gpu.device_files):
+        return None  # a CPU node: hiding GPUs there is how people ask for CPU
     elif value.split(",")[0].strip() not in _HIDING_VALUES:
         return None
     seen = f"NVML sees {len(gpu.devices)} GPU(s)" if gpu.nvml_available else "NVML not usable"

@@ -70,8 +70,15 @@ def test_visible_devices_hide_all_fires_on_empty_value():
 
 def test_visible_devices_hide_all_without_nvml_reads_the_value():
     facts = NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}))
+    facts.gpu.device_files = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
     (finding,) = run("gpu.visible-devices-hide-all", facts)
     assert finding.severity is Severity.FAIL
+    assert finding.evidence == ["CUDA_VISIBLE_DEVICES='NoDevFiles'", "NVML not usable"]
+
+
+def test_visible_devices_hide_all_quiet_on_a_cpu_node():
+    facts = NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {"CUDA_VISIBLE_DEVICES": ""}))
+    assert run("gpu.visible-devices-hide-all", facts) == []
 
 
 def test_visible_devices_hide_all_quiet():
