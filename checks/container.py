@@ -17,7 +17,7 @@ GiB = 2**30
 # F21: NCCL's SHM transport puts each local peer pair's buffers in /dev/shm (9.6 MB for one
 # segment in pytorch/ci-infra#490), so Docker's 64 MB default fails as soon as several local
 # ranks talk. Under 256 MiB with more than one local GPU: fail. Under 1 GiB (NCCL's own Docker
-# advice, --shm-size=1g; also DataLoader workers): warn.
+# advice, --shm-size=1g; also DataLoader workers): warn, or info on a node without GPUs.
 SHM_FAIL_BYTES = 256 * MiB
 SHM_WARN_BYTES = 1 * GiB
 
@@ -58,7 +58,12 @@ def shm_small(facts: NodeFacts) -> Problem | None:
     if size is None or size >= SHM_WARN_BYTES:
         return None
     gpus = visible_gpu_count(facts.gpu)
-    severity = Severity.FAIL if size < SHM_FAIL_BYTES and gpus > 1 else Severity.WARN
+    if gpus == 0:
+        severity = Severity.INFO  # a CPU node: only DataLoader workers would use it
+    elif size < SHM_FAIL_BYTES and gpus > 1:
+        severity = Severity.FAIL
+    else:
+        severity = Severity.WARN
     evidence = [f"/dev/shm: {size / MiB:.0f} MiB ({c.shm_source})"]
     if c.shm_free_bytes is not None:
         evidence.append(f"/dev/shm free: {c.shm_free_bytes / MiB:.0f} MiB")

@@ -55,6 +55,11 @@ def test_shm_small_warns_for_docker_default():
     assert "docker run --shm-size=1g" in finding.fix
 
 
+def test_shm_small_is_info_on_a_cpu_node():
+    (finding,) = run("container.shm-small", host("docker-bridge"))
+    assert finding.severity is Severity.INFO
+
+
 def test_shm_small_fails_with_several_local_gpus():
     (finding,) = run("container.shm-small", host("docker-bridge", gpus=2))
     assert finding.severity is Severity.FAIL
