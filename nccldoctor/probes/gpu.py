@@ -32,7 +32,14 @@ def probe(root: Path, env: Mapping[str, str], nvml: Any = None) -> GpuFacts:
     if nvml is None and not is_live(root):
         facts.nvml_error = f"not read: {root} is a captured tree, not this machine"
     else:
-        _read_nvml(facts, nvml if nvml is not None else _import_pynvml())
+        try:
+            nvml = nvml if nvml is not None else _default_nvml()
+        except OSError as exc:
+            facts.nvml_error = f"NVML Shared Library Not Found ({exc})"
+        except ImportError as exc:
+            facts.nvml_error = f"nvidia-ml-py is not installed ({exc})"
+        else:
+            _read_nvml(facts, nvml)
     if facts.nvml_available:
         facts.visible_nvml_indices, facts.visible_unresolved = map_visible_devices(
             facts.cuda_visible_devices, facts.devices
@@ -41,27 +48,16 @@ def probe(root: Path, env: Mapping[str, str], nvml: Any = None) -> GpuFacts:
     return facts
 
 
-def _import_pynvml() -> Any:
-    """pynvml, or why NVML cannot work here. Importing pynvml costs ~0.1 s, so first try the
-    library it would load (pynvml's _LoadNvmlLibrary opens libnvidia-ml.so.1 the same way)."""
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as exc:
-        return OSError(f"NVML Shared Library Not Found ({exc})")
-    try:
-        import pynvml
-    except ImportError as exc:
-        return exc
+def _default_nvml() -> Any:
+    """pynvml, once the library it loads is known to open (importing pynvml alone costs ~0.1 s;
+    pynvml's _LoadNvmlLibrary opens libnvidia-ml.so.1 the same way). Raises OSError/ImportError."""
+    ctypes.CDLL("libnvidia-ml.so.1")
+    import pynvml
+
     return pynvml
 
 
 def _read_nvml(facts: GpuFacts, nvml: Any) -> None:
-    if isinstance(nvml, ImportError):
-        facts.nvml_error = f"nvidia-ml-py is not installed ({nvml})"
-        return
-    if isinstance(nvml, OSError):
-        facts.nvml_error = str(nvml)
-        return
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, _LibRmVersionMismatch

@@ -22,7 +22,7 @@ def _gpu(facts: NodeFacts) -> str:
     gpu = facts.gpu
     if not gpu.nvml_available:
         return f"no NVIDIA driver: {gpu.nvml_error}" if gpu.nvml_error else "no NVIDIA driver"
-    names = sorted({d.name for d in gpu.devices})
+    names = sorted({d.name for d in gpu.devices if d.name})
     line = f"{len(gpu.devices)} × {', '.join(names)}" if names else "no GPU"
     line += f", driver {gpu.driver_version}"
     if gpu.cuda_driver_version:
