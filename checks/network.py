@@ -62,7 +62,9 @@ def _route_line(net: NetworkFacts) -> str:
     r = net.route_to_master
     if r is None:
         return "no route lookup (no --master / MASTER_ADDR)"
-    how = "ip route get" if r.method == "kernel" else "longest prefix in /proc/net/route"
+    how = {"kernel": "ip route get", "table": "longest prefix in the captured route table"}.get(
+        r.method, "scoped address"
+    )
     via = f" via {r.gateway}" if r.gateway else ""
     src = f" src {r.source}" if r.source else ""
     return f"{how} {r.destination} -> dev {r.interface}{via}{src}"

@@ -68,8 +68,10 @@ def _getaddrinfo(name: str, deadline_s: float) -> tuple[list[str], str | None]:
 
 def route_to(
     address: str, root: Path, live: bool, local_addresses: Sequence[str], loopback: str | None
-) -> Route:
-    """The interface the kernel sends ``address`` through."""
+) -> Route | None:
+    """The interface the kernel sends ``address`` through (None: the tree has no table)."""
+    if "%" in address:  # a scoped (link-local) address names its interface itself
+        return Route(address, interface=address.split("%", 1)[1], method="scope")
     if live and shutil.which("ip"):
         return _ip_route_get(address)
     return _table_lookup(address, root, local_addresses, loopback)
@@ -101,16 +103,16 @@ def _ip_route_get(address: str) -> Route:
 
 def _table_lookup(
     address: str, root: Path, local_addresses: Sequence[str], loopback: str | None
-) -> Route:
+) -> Route | None:
     """Longest prefix, then lowest metric, over the captured main table."""
-    target = ipaddress.ip_address(address)
+    target = ipaddress.ip_address(address.split("%")[0])
     own = {a.split("/")[0] for a in local_addresses}
     if target.is_loopback or address in own:  # the local table answers before the main one
         return Route(address, interface=loopback, source=address, method="table")
     path = "/proc/net/route" if target.version == 4 else "/proc/net/ipv6_route"
     text = read_text(root, path)
     if text is None:
-        return Route(address, error=f"{root}{path} is missing", method="table")
+        return None
     rows = _ipv4_routes(text) if target.version == 4 else _ipv6_routes(text)
     best: tuple[int, int, str, str | None] | None = None
     for iface, net, gateway, metric, flags in rows:
