@@ -210,13 +210,15 @@ def default_pick_differs(facts: NodeFacts) -> Problem | None:
 
 @check("socket.pick-virtual", area="network", category="interface_selection")
 def pick_virtual(facts: NodeFacts) -> Problem | None:
-    """NCCL would bootstrap on a bridge, tunnel, stray veth or a link-local address."""
+    """NCCL would bootstrap on loopback, a bridge, tunnel, stray veth or a link-local address."""
     net = facts.network
     pick = _iface(net, net.nccl_pick)
     if not facts.multi_node or pick is None or not net.nccl_pick_address:
         return None
     address = ipaddress.ip_interface(net.nccl_pick_address).ip
     reasons = []
+    if pick.kind == "loopback" or address.is_loopback:
+        reasons.append(f"{pick.name} is loopback: every peer would connect to itself")
     if pick.kind in ("bridge", "tun"):
         reasons.append(f"{pick.name} is a {pick.kind}")
     if pick.kind == "veth" and pick.name != _route_iface(net):
@@ -227,8 +229,9 @@ def pick_virtual(facts: NodeFacts) -> Problem | None:
         return None
     name = _suggested_ifname(net)
     return Problem(
-        Severity.WARN,
-        f"NCCL would bootstrap on {pick.name}:{address}, which other nodes usually cannot reach",
+        Severity.FAIL if address.is_loopback else Severity.WARN,
+        f"NCCL would bootstrap on {pick.name}:{address}, which other nodes "
+        + ("cannot reach" if address.is_loopback else "usually cannot reach"),
         evidence=[*reasons, _describe(pick), _route_line(net)],
         fix=f"export NCCL_SOCKET_IFNAME=={name}\nexport GLOO_SOCKET_IFNAME={name}",
     )
@@ -254,7 +257,8 @@ def hostname_loopback(facts: NodeFacts) -> Problem | None:
             "PyTorch: 'Unable to resolve hostname to a (local) address. Using the loopback address'",
         ],
         fix=(
-            f"# in /etc/hosts, map the hostname to the routable address instead of 127.0.1.1:\n"
+            f"# in /etc/hosts, map the hostname to the routable address instead of "
+            f"{net.hostname_addresses[0]}:\n"
             f"{ip} {net.hostname}\n"
             f"export GLOO_SOCKET_IFNAME={_suggested_ifname(net)}"
         ),

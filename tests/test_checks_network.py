@@ -75,6 +75,9 @@ def test_pick_virtual():
     hit = _one("socket.pick-virtual", _bridge_node())
     assert "br0 is a bridge" in hit.evidence[0]
     assert not findings("socket.pick-virtual", host_facts(IB, {}, MASTER))
+    everything = {"NCCL_SOCKET_IFNAME": "^,=,"}  # matches every interface: lo comes first
+    lo = findings("socket.pick-virtual", host_facts(IB, everything, MASTER))
+    assert [f.severity for f in lo] == [Severity.FAIL] and "lo is loopback" in lo[0].evidence[0]
 
 
 def test_hostname_loopback():
