@@ -71,7 +71,20 @@ def _route_line(net: NetworkFacts) -> str:
 
 
 def _suggested_ifname(net: NetworkFacts) -> str:
-    return _route_iface(net) or net.nccl_default_pick or "<interface that reaches the master>"
+    """The interface peers should use: the one holding the master's address when this node is
+    the master (its route is loopback), else the route to the master, else NCCL's own pick."""
+    own = [
+        i.name
+        for i in net.interfaces
+        if i.kind != "loopback"
+        and any(a.split("/")[0] in net.master_addresses for a in i.ipv4 + i.ipv6)
+    ]
+    route = _iface(net, _route_iface(net))
+    if own:
+        return own[0]
+    if route is not None and route.kind != "loopback":
+        return route.name
+    return net.nccl_default_pick or "<interface that reaches the master>"
 
 
 @check("socket.ifname-missing", area="network", category="interface_selection")
@@ -221,7 +234,11 @@ def pick_virtual(facts: NodeFacts) -> Problem | None:
         reasons.append(f"{pick.name} is loopback: every peer would connect to itself")
     if pick.kind in ("bridge", "tun"):
         reasons.append(f"{pick.name} is a {pick.kind}")
-    if pick.kind == "veth" and pick.name != _route_iface(net):
+    route_iface = _route_iface(net)
+    off_route = route_iface not in (None, pick.name) and not any(
+        _reaches(pick, a) for a in net.master_addresses
+    )
+    if pick.kind == "veth" and off_route:
         reasons.append(f"{pick.name} is a veth that does not carry the route to the master")
     if address.is_link_local:
         reasons.append(f"{address} is link-local: not routable to other nodes")

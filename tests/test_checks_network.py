@@ -24,6 +24,9 @@ def test_ifname_missing():
     assert hit.severity is Severity.FAIL and "eth9" in hit.title
     assert "export NCCL_SOCKET_IFNAME==eno1" in hit.fix
     assert not findings("socket.ifname-missing", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=eno1"}))
+    # on the master itself the route is loopback: suggest the interface holding its address
+    on_master = host_facts(IB, {"NCCL_SOCKET_IFNAME": "eth9"}, "198.18.10.11")
+    assert "NCCL_SOCKET_IFNAME==eno1" in _one("socket.ifname-missing", on_master).fix
 
 
 def test_ifname_unusable_down_or_loopback():
@@ -69,6 +72,20 @@ def _bridge_node() -> NodeFacts:
     )
     net = NetworkFacts(interfaces=[bridge], nccl_pick="br0", nccl_pick_address="198.18.50.1/24")
     return NodeFacts(node="n", network=net, multi_node=True)
+
+
+def test_pick_virtual_quiet_on_a_veth_master():
+    veth = Interface("eth0", index=2, up=True, running=True, ipv4=["198.18.9.1/24"], kind="veth")
+    lo = Interface("lo", index=1, up=True, running=True, ipv4=["127.0.0.1/8"], kind="loopback")
+    net = NetworkFacts(
+        interfaces=[lo, veth],
+        master="198.18.9.1",
+        master_addresses=["198.18.9.1"],
+        route_to_master=Route("198.18.9.1", interface="lo", source="198.18.9.1", method="table"),
+        nccl_pick="eth0",
+        nccl_pick_address="198.18.9.1/24",
+    )
+    assert not findings("socket.pick-virtual", NodeFacts(node="n", network=net, multi_node=True))
 
 
 def test_pick_virtual():
