@@ -140,22 +140,22 @@ def ifname_unusable(facts: NodeFacts) -> Problem | None:
 @check("socket.ifname-not-routed", area="network", category="interface_selection")
 def ifname_not_routed(facts: NodeFacts) -> Problem | None:
     """NCCL_SOCKET_IFNAME makes NCCL use an interface that is not the route to the master."""
-    net = facts.network
+    net, forced = facts.network, _forced(facts)
     pick, route_iface = _iface(net, net.nccl_pick), _route_iface(net)
-    if _forced(facts) is None or pick is None or route_iface is None or pick.name == route_iface:
+    if forced is None or pick is None or route_iface is None or pick.name == route_iface:
         return None
     if any(_reaches(pick, a) for a in net.master_addresses):
         return None
+    name = _suggested_ifname(net)
     return Problem(
         Severity.WARN,
         f"NCCL_SOCKET_IFNAME selects {pick.name}, but the master {net.master} is reached through {route_iface}",
         evidence=[
-            f"NCCL_SOCKET_IFNAME={facts.env.socket_ifname.raw} -> NCCL bootstraps on "  # type: ignore[union-attr]
-            f"{pick.name}:{net.nccl_pick_address}",
+            f"NCCL_SOCKET_IFNAME={forced.raw} -> NCCL bootstraps on {pick.name}:{net.nccl_pick_address}",
             _route_line(net),
             "peers must reach this node on the NCCL interface's address: check that they can",
         ],
-        fix=f"export NCCL_SOCKET_IFNAME=={route_iface}\nexport GLOO_SOCKET_IFNAME={route_iface}",
+        fix=f"export NCCL_SOCKET_IFNAME=={name}\nexport GLOO_SOCKET_IFNAME={name}",
     )
 
 
@@ -217,7 +217,8 @@ def default_pick_differs(facts: NodeFacts) -> Problem | None:
             _route_line(net),
             "every other rank must reach the bootstrap address; a different interface often is not routed",
         ],
-        fix=f"export NCCL_SOCKET_IFNAME=={route_iface}\nexport GLOO_SOCKET_IFNAME={route_iface}",
+        fix=f"export NCCL_SOCKET_IFNAME=={_suggested_ifname(net)}\n"
+        f"export GLOO_SOCKET_IFNAME={_suggested_ifname(net)}",
     )
 
 

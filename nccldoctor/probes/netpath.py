@@ -49,23 +49,24 @@ def resolve(name: str, root: Path, live: bool) -> tuple[list[str], str | None]:
 
 def _getaddrinfo(name: str, deadline_s: float) -> tuple[list[str], str | None]:
     """getaddrinfo cannot be cancelled, so it runs in a daemon thread we stop waiting for."""
-    result: dict[str, object] = {}
+    found: list[str] = []
+    errors: list[str] = []
 
     def lookup() -> None:
         try:
             infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-            result["addresses"] = [str(info[4][0]) for info in infos]
+            found.extend(str(info[4][0]) for info in infos)
         except (OSError, UnicodeError) as exc:
-            result["error"] = f"{type(exc).__name__}: {exc}"
+            errors.append(f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=lookup, name=f"resolve-{name}", daemon=True)
     worker.start()
     worker.join(deadline_s)
     if worker.is_alive():
         return [], f"resolving {name} took longer than {deadline_s:g} s"
-    if "error" in result:
-        return [], str(result["error"])
-    return _ordered(list(dict.fromkeys(result["addresses"]))), None  # type: ignore[arg-type]
+    if errors:
+        return [], errors[0]
+    return _ordered(list(dict.fromkeys(found))), None
 
 
 def route_to(
