@@ -47,6 +47,21 @@ def test_ifname_not_routed():
     assert not findings("socket.ifname-not-routed", host_facts(IB, env, MASTER))
 
 
+def test_ifname_prefix_broad():
+    (hit,) = findings("socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib"}))
+    assert "ib0, ib1" in hit.title and hit.severity is Severity.INFO
+    assert not findings(
+        "socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=ib0"})
+    )
+    assert not findings("socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "eno"}))
+
+
+def test_ephemeral_ports():
+    (hit,) = findings("network.ephemeral-ports", host_facts(IB, {}, MASTER))
+    assert "32768-60999" in hit.title and "--dport 32768:60999" in hit.fix
+    assert not findings("network.ephemeral-ports", host_facts(IB))  # one node
+
+
 def test_gloo_ifname_missing():
     hit = _one("gloo.ifname-missing", host_facts(IB, {"GLOO_SOCKET_IFNAME": "eth0"}, MASTER))
     assert hit.fix == "export GLOO_SOCKET_IFNAME=eno1"
