@@ -46,18 +46,21 @@ def route_line(net: NetworkFacts) -> str:
     return f"{how} {r.destination} -> dev {r.interface}{via}{src}"
 
 
-def suggested_ifname(net: NetworkFacts) -> str:
-    """The interface peers should use: the one holding the master's address when this node is
-    the master (its route is loopback), else the route to the master, else NCCL's own pick."""
+def master_interface(net: NetworkFacts) -> str | None:
+    """The interface that carries traffic to the master: the one holding the master's address
+    when this node is the master (its kernel route is loopback), else the routed one."""
     own = [
         i.name
         for i in net.interfaces
         if i.kind != "loopback"
         and any(a.split("/")[0] in net.master_addresses for a in i.ipv4 + i.ipv6)
     ]
-    route = interface_named(net, route_device(net))
     if own:
         return own[0]
-    if route is not None and route.kind != "loopback":
-        return route.name
-    return net.nccl_default_pick or "<interface that reaches the master>"
+    route = interface_named(net, route_device(net))
+    return route.name if route is not None and route.kind != "loopback" else None
+
+
+def suggested_ifname(net: NetworkFacts) -> str:
+    """The interface to put in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME."""
+    return master_interface(net) or net.nccl_default_pick or "<interface that reaches the master>"

@@ -15,8 +15,8 @@ from checks.netfacts import (
     describe,
     interface_named,
     interfaces_line,
+    master_interface,
     reaches,
-    route_device,
     route_line,
     suggested_ifname,
 )
@@ -91,21 +91,20 @@ def ifname_unusable(facts: NodeFacts) -> Problem | None:
 def ifname_not_routed(facts: NodeFacts) -> Problem | None:
     """NCCL_SOCKET_IFNAME makes NCCL use an interface that is not the route to the master."""
     net, forced = facts.network, _forced(facts)
-    pick, route_iface = interface_named(net, net.nccl_pick), route_device(net)
-    if forced is None or pick is None or route_iface is None or pick.name == route_iface:
+    pick, wanted = interface_named(net, net.nccl_pick), master_interface(net)
+    if forced is None or pick is None or wanted is None or pick.name == wanted:
         return None
     if any(reaches(pick, a) for a in net.master_addresses):
         return None
-    name = suggested_ifname(net)
     return Problem(
         Severity.WARN,
-        f"NCCL_SOCKET_IFNAME selects {pick.name}, but the master {net.master} is reached through {route_iface}",
+        f"NCCL_SOCKET_IFNAME selects {pick.name}, but the master {net.master} is reached through {wanted}",
         evidence=[
             f"NCCL_SOCKET_IFNAME={forced.raw} -> NCCL bootstraps on {pick.name}:{net.nccl_pick_address}",
             route_line(net),
             "peers must reach this node on the NCCL interface's address: check that they can",
         ],
-        fix=f"export NCCL_SOCKET_IFNAME=={name}\nexport GLOO_SOCKET_IFNAME={name}",
+        fix=f"export NCCL_SOCKET_IFNAME=={wanted}\nexport GLOO_SOCKET_IFNAME={wanted}",
     )
 
 
@@ -175,21 +174,20 @@ def gloo_ifname_syntax(facts: NodeFacts) -> Problem | None:
 def default_pick_differs(facts: NodeFacts) -> Problem | None:
     """Without NCCL_SOCKET_IFNAME, NCCL would pick another interface than the route to the master."""
     net = facts.network
-    pick, route_iface = interface_named(net, net.nccl_default_pick), route_device(net)
-    if _forced(facts) is not None or pick is None or route_iface is None:
+    pick, wanted = interface_named(net, net.nccl_default_pick), master_interface(net)
+    if _forced(facts) is not None or pick is None or wanted is None or pick.name == wanted:
         return None
-    if pick.name == route_iface or any(reaches(pick, a) for a in net.master_addresses):
+    if any(reaches(pick, a) for a in net.master_addresses):
         return None
     return Problem(
         Severity.WARN,
-        f"NCCL would bootstrap on {pick.name}, but the master {net.master} is reached through {route_iface}",
+        f"NCCL would bootstrap on {pick.name}, but the master {net.master} is reached through {wanted}",
         evidence=[
             f"NCCL's order (ib*, then not docker*/lo*/virbr*) picks {pick.name}:{net.nccl_default_pick_address}",
             route_line(net),
             "every other rank must reach the bootstrap address; a different interface often is not routed",
         ],
-        fix=f"export NCCL_SOCKET_IFNAME=={suggested_ifname(net)}\n"
-        f"export GLOO_SOCKET_IFNAME={suggested_ifname(net)}",
+        fix=f"export NCCL_SOCKET_IFNAME=={wanted}\nexport GLOO_SOCKET_IFNAME={wanted}",
     )
 
 
@@ -206,8 +204,8 @@ def pick_virtual(facts: NodeFacts) -> Problem | None:
         reasons.append(f"{pick.name} is loopback: every peer would connect to itself")
     if pick.kind in ("bridge", "tun"):
         reasons.append(f"{pick.name} is a {pick.kind}")
-    route_iface = route_device(net)
-    off_route = route_iface not in (None, pick.name) and not any(
+    wanted = master_interface(net)
+    off_route = wanted not in (None, pick.name) and not any(
         reaches(pick, a) for a in net.master_addresses
     )
     if pick.kind == "veth" and off_route:

@@ -79,6 +79,9 @@ def test_default_pick_differs_from_route():
     assert "bootstrap on ib0" in hit.title and "NCCL_SOCKET_IFNAME==eno1" in hit.fix
     # a master on the IPoIB subnet is reached through ib0: NCCL's pick is right
     assert not findings("socket.default-pick-differs", host_facts(IB, {}, "198.18.20.12"))
+    # on the master itself the kernel routes its own address over lo; eno1 holds it
+    on_master = _one("socket.default-pick-differs", host_facts(IB, {}, "198.18.10.11"))
+    assert "reached through eno1" in on_master.title
 
 
 def _bridge_node() -> NodeFacts:
@@ -162,3 +165,4 @@ def test_mtu_info():
     hit = _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.12"))
     assert hit.severity is Severity.INFO and "MTU 9000" in hit.title
     assert not findings("network.mtu", host_facts("hosts-loopback", {}, MASTER))
+    assert "MTU 9000" in _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.11")).title
