@@ -7,7 +7,9 @@ and kept what did not fit as EnvProblems; these checks say how bad each one is.
 from __future__ import annotations
 
 from checks import Problem, check
+from checks.netfacts import suggested_ifname
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.env import EnvProblem
 from nccldoctor.model import Severity
 from nccldoctor.probes.env import TORCH_NCCL_ALIASES, TORCH_NCCL_BOOLS, TORCH_NCCL_INTS
 from nccldoctor.probes.nccl_rules import strtoll
@@ -63,11 +65,19 @@ def malformed_value(facts: NodeFacts) -> list[Problem]:
                 f"{p.name}={p.value}{_source(facts, p.name)}",
                 *([f"effect: {p.effect}"] if p.effect else []),
             ],
-            fix=f"export {p.name}={p.suggestion}" if p.suggestion else _unset(facts, p.name),
+            fix=_malformed_fix(facts, p),
         )
         for p in facts.env.problems
         if p.kind == "malformed"
     ]
+
+
+def _malformed_fix(facts: NodeFacts, problem: EnvProblem) -> str:
+    if problem.suggestion:
+        return f"export {problem.name}={problem.suggestion}"
+    if problem.name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        return f"export {problem.name}={'=' if problem.name.startswith('NCCL') else ''}{suggested_ifname(facts.network)}"
+    return _unset(facts, problem.name)
 
 
 @check("env.socket-ifname-ignored", area="environment", category="interface_selection")
@@ -85,7 +95,7 @@ def socket_ifname_ignored(facts: NodeFacts) -> Problem | None:
             "misc/socket.cc: only a value with strlen > 1 is used",
             f"NCCL picks by itself instead: {pick or 'unknown'}",
         ],
-        fix=f"export NCCL_SOCKET_IFNAME=={facts.network.nccl_default_pick or '<interface>'}",
+        fix=f"export NCCL_SOCKET_IFNAME=={suggested_ifname(facts.network)}",
     )
 
 

@@ -190,6 +190,23 @@ def gid_index_unusable(facts: NodeFacts) -> list[Problem] | None:
     return problems
 
 
+@check("roce.gid-index-forced", area="rdma", category="ib_error")
+def gid_index_forced(facts: NodeFacts) -> Problem | None:
+    """NCCL_IB_GID_INDEX is forced although NCCL (2.21+) picks a RoCE v2 GID itself."""
+    raw = facts.env.effective.get("NCCL_IB_GID_INDEX")
+    versions = [lib.version for lib in facts.software.nccl_libraries if lib.version]
+    if raw is None or strtoll(raw)[0] < 0 or not _roce_ports(facts):
+        return None
+    if not versions or not all(_at_least(v, (2, 21)) for v in versions):
+        return None
+    return Problem(
+        Severity.INFO,
+        f"NCCL_IB_GID_INDEX={raw} is forced; NCCL {', '.join(versions)} selects the GID itself",
+        evidence=[f"NCCL_IB_GID_INDEX={raw}", *(_gid_line(h, p) for h, p in _roce_ports(facts))],
+        fix="unset NCCL_IB_GID_INDEX  # or keep it identical on every node",
+    )
+
+
 @check("roce.default-gid-link-local", area="rdma", category="ib_error")
 def default_gid_link_local(facts: NodeFacts) -> list[Problem] | None:
     """No NCCL_IB_GID_INDEX and GID 0 is link-local/RoCE v1: NCCL before 2.21 uses it."""

@@ -24,6 +24,9 @@ def test_ifname_missing():
     assert hit.severity is Severity.FAIL and "eth9" in hit.title
     assert "export NCCL_SOCKET_IFNAME==eno1" in hit.fix
     assert not findings("socket.ifname-missing", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=eno1"}))
+    # on the master itself the route is loopback: suggest the interface holding its address
+    on_master = host_facts(IB, {"NCCL_SOCKET_IFNAME": "eth9"}, "198.18.10.11")
+    assert "NCCL_SOCKET_IFNAME==eno1" in _one("socket.ifname-missing", on_master).fix
 
 
 def test_ifname_unusable_down_or_loopback():
@@ -44,6 +47,21 @@ def test_ifname_not_routed():
     assert not findings("socket.ifname-not-routed", host_facts(IB, env, MASTER))
 
 
+def test_ifname_prefix_broad():
+    (hit,) = findings("socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib"}))
+    assert "ib0, ib1" in hit.title and hit.severity is Severity.INFO
+    assert not findings(
+        "socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=ib0"})
+    )
+    assert not findings("socket.ifname-prefix-broad", host_facts(IB, {"NCCL_SOCKET_IFNAME": "eno"}))
+
+
+def test_ephemeral_ports():
+    (hit,) = findings("network.ephemeral-ports", host_facts(IB, {}, MASTER))
+    assert "32768-60999" in hit.title and "--dport 32768:60999" in hit.fix
+    assert not findings("network.ephemeral-ports", host_facts(IB))  # one node
+
+
 def test_gloo_ifname_missing():
     hit = _one("gloo.ifname-missing", host_facts(IB, {"GLOO_SOCKET_IFNAME": "eth0"}, MASTER))
     assert hit.fix == "export GLOO_SOCKET_IFNAME=eno1"
@@ -61,6 +79,9 @@ def test_default_pick_differs_from_route():
     assert "bootstrap on ib0" in hit.title and "NCCL_SOCKET_IFNAME==eno1" in hit.fix
     # a master on the IPoIB subnet is reached through ib0: NCCL's pick is right
     assert not findings("socket.default-pick-differs", host_facts(IB, {}, "198.18.20.12"))
+    # on the master itself the kernel routes its own address over lo; eno1 holds it
+    on_master = _one("socket.default-pick-differs", host_facts(IB, {}, "198.18.10.11"))
+    assert "reached through eno1" in on_master.title
 
 
 def _bridge_node() -> NodeFacts:
@@ -71,10 +92,27 @@ def _bridge_node() -> NodeFacts:
     return NodeFacts(node="n", network=net, multi_node=True)
 
 
+def test_pick_virtual_quiet_on_a_veth_master():
+    veth = Interface("eth0", index=2, up=True, running=True, ipv4=["198.18.9.1/24"], kind="veth")
+    lo = Interface("lo", index=1, up=True, running=True, ipv4=["127.0.0.1/8"], kind="loopback")
+    net = NetworkFacts(
+        interfaces=[lo, veth],
+        master="198.18.9.1",
+        master_addresses=["198.18.9.1"],
+        route_to_master=Route("198.18.9.1", interface="lo", source="198.18.9.1", method="table"),
+        nccl_pick="eth0",
+        nccl_pick_address="198.18.9.1/24",
+    )
+    assert not findings("socket.pick-virtual", NodeFacts(node="n", network=net, multi_node=True))
+
+
 def test_pick_virtual():
     hit = _one("socket.pick-virtual", _bridge_node())
     assert "br0 is a bridge" in hit.evidence[0]
     assert not findings("socket.pick-virtual", host_facts(IB, {}, MASTER))
+    everything = {"NCCL_SOCKET_IFNAME": "^,=,"}  # matches every interface: lo comes first
+    lo = findings("socket.pick-virtual", host_facts(IB, everything, MASTER))
+    assert [f.severity for f in lo] == [Severity.FAIL] and "lo is loopback" in lo[0].evidence[0]
 
 
 def test_hostname_loopback():
@@ -127,3 +165,4 @@ def test_mtu_info():
     hit = _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.12"))
     assert hit.severity is Severity.INFO and "MTU 9000" in hit.title
     assert not findings("network.mtu", host_facts("hosts-loopback", {}, MASTER))
+    assert "MTU 9000" in _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.11")).title

@@ -69,6 +69,16 @@ def test_gid_index_in_another_netns(tmp_path: Path):
     assert "not in this network namespace" in hit.title
 
 
+def test_gid_index_forced():
+    facts = host_facts(ROCE, {"NCCL_IB_GID_INDEX": "3"})
+    facts.software.nccl_libraries = [NcclLibrary("/x/libnccl.so.2", "torch", "2.27.3")]
+    (hit,) = findings("roce.gid-index-forced", facts)
+    assert hit.severity is Severity.INFO and "2.27.3" in hit.title
+    old = host_facts(ROCE, {"NCCL_IB_GID_INDEX": "3"})
+    old.software.nccl_libraries = [NcclLibrary("/x/libnccl.so.2", "system", "2.18.6")]
+    assert not findings("roce.gid-index-forced", old)
+
+
 def test_default_gid_link_local():
     (hit,) = findings("roce.default-gid-link-local", host_facts(ROCE))
     assert hit.fix.startswith("export NCCL_IB_GID_INDEX=3")

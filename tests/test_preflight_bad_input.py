@@ -70,3 +70,4 @@ def test_weird_socket_ifname():
     report, _ = preflight(HOSTS / "ib-two-hca", env={"NCCL_SOCKET_IFNAME": "^,=,"})
     (finding,) = [f for f in report["findings"] if f["id"] == "env.malformed-value"]
     assert "every interface matches" in " ".join(finding["evidence"])
+    assert finding["fix"] == "export NCCL_SOCKET_IFNAME==ib0"  # no master: NCCL's own pick

@@ -62,6 +62,13 @@ def test_ipv6_route_table(tmp_path: Path):
     assert (far.interface, far.gateway) == ("eno1", "fd00:18::1")
 
 
+def test_scoped_master_and_missing_ipv6_table():
+    root = HOSTS / "ib-two-hca"
+    assert network.probe(root, {}, "fe80::1%ib0").route_to_master.interface == "ib0"
+    net = network.probe(root, {}, "fd00:18::7")  # the tree has no /proc/net/ipv6_route
+    assert net.route_to_master is None and any("routing table" in e for e in net.read_errors)
+
+
 def test_proc_net_route_hex_is_little_endian():
     assert _le_ip("010A12C6") == "198.18.10.1"
 

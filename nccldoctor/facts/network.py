@@ -33,7 +33,8 @@ class Route:
     source: str | None = None
     gateway: str | None = None
     error: str | None = None
-    method: str = "kernel"  # kernel (`ip route get`) | table (longest prefix over /proc/net/route)
+    method: str = "kernel"  # kernel (`ip route get`) | table (longest prefix, /proc/net/*route)
+    # | scope (a link-local address whose %scope names the interface)
 
 
 @dataclass

@@ -41,35 +41,40 @@ def resolve(name: str, root: Path, live: bool) -> tuple[list[str], str | None]:
         return [name], None
     if not live:
         found = [addr for addr, names, _ in hosts_entries(root) if name in names]
+        if not found and name == "localhost":  # glibc/systemd answer it without a hosts line
+            found = ["127.0.0.1", "::1"]
         return (_ordered(found), None) if found else ([], f"{name} is not in {root}/etc/hosts")
     return _getaddrinfo(name, RESOLVE_DEADLINE_S)
 
 
 def _getaddrinfo(name: str, deadline_s: float) -> tuple[list[str], str | None]:
     """getaddrinfo cannot be cancelled, so it runs in a daemon thread we stop waiting for."""
-    result: dict[str, object] = {}
+    found: list[str] = []
+    errors: list[str] = []
 
     def lookup() -> None:
         try:
             infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-            result["addresses"] = [str(info[4][0]) for info in infos]
+            found.extend(str(info[4][0]) for info in infos)
         except (OSError, UnicodeError) as exc:
-            result["error"] = f"{type(exc).__name__}: {exc}"
+            errors.append(f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=lookup, name=f"resolve-{name}", daemon=True)
     worker.start()
     worker.join(deadline_s)
     if worker.is_alive():
         return [], f"resolving {name} took longer than {deadline_s:g} s"
-    if "error" in result:
-        return [], str(result["error"])
-    return _ordered(list(dict.fromkeys(result["addresses"]))), None  # type: ignore[arg-type]
+    if errors:
+        return [], errors[0]
+    return _ordered(list(dict.fromkeys(found))), None
 
 
 def route_to(
     address: str, root: Path, live: bool, local_addresses: Sequence[str], loopback: str | None
-) -> Route:
-    """The interface the kernel sends ``address`` through."""
+) -> Route | None:
+    """The interface the kernel sends ``address`` through (None: the tree has no table)."""
+    if "%" in address:  # a scoped (link-local) address names its interface itself
+        return Route(address, interface=address.split("%", 1)[1], method="scope")
     if live and shutil.which("ip"):
         return _ip_route_get(address)
     return _table_lookup(address, root, local_addresses, loopback)
@@ -101,16 +106,16 @@ def _ip_route_get(address: str) -> Route:
 
 def _table_lookup(
     address: str, root: Path, local_addresses: Sequence[str], loopback: str | None
-) -> Route:
+) -> Route | None:
     """Longest prefix, then lowest metric, over the captured main table."""
-    target = ipaddress.ip_address(address)
+    target = ipaddress.ip_address(address.split("%")[0])
     own = {a.split("/")[0] for a in local_addresses}
     if target.is_loopback or address in own:  # the local table answers before the main one
         return Route(address, interface=loopback, source=address, method="table")
     path = "/proc/net/route" if target.version == 4 else "/proc/net/ipv6_route"
     text = read_text(root, path)
     if text is None:
-        return Route(address, error=f"{root}{path} is missing", method="table")
+        return None
     rows = _ipv4_routes(text) if target.version == 4 else _ipv6_routes(text)
     best: tuple[int, int, str, str | None] | None = None
     for iface, net, gateway, metric, flags in rows:

@@ -71,7 +71,11 @@ def probe(root: Path, env: Mapping[str, str], master: str | None) -> NetworkFact
 
 
 def _names(root: Path, links: Mapping[str, _Link]) -> list[str]:
-    return sorted(set(list_dir(root, "/sys/class/net")) | set(links))
+    # /sys/class/net also holds the file bonding_masters when the bonding driver is loaded
+    in_sysfs = {
+        n for n in list_dir(root, "/sys/class/net") if under(root, f"/sys/class/net/{n}").is_dir()
+    }
+    return sorted(in_sysfs | set(links))
 
 
 def _interface(root: Path, name: str, link: _Link) -> Interface:
@@ -81,9 +85,9 @@ def _interface(root: Path, name: str, link: _Link) -> Interface:
     operstate = read_line(root, f"{base}/operstate")
     up = bool(flags & _IFF_UP) if flags is not None else bool(link.up)
     # dev_get_flags(): IFF_RUNNING is netif_oper_up(), i.e. operstate up or unknown.
-    running = up and operstate in ("up", "unknown") if operstate else link.running
+    running = (up and operstate in ("up", "unknown")) if operstate else link.running
     speed = read_int(root, f"{base}/speed")
-    iface = Interface(
+    return Interface(
         name=name,
         index=index if index is not None else link.index,
         up=up,
@@ -100,7 +104,6 @@ def _interface(root: Path, name: str, link: _Link) -> Interface:
         bridge_ports=list_dir(root, f"{base}/brif"),
         bond_slaves=(read_line(root, f"{base}/bonding/slaves") or "").split(),
     )
-    return iface
 
 
 _INFO_KINDS = {"veth": "veth", "bridge": "bridge", "bond": "bond", "vlan": "vlan", "tun": "tun",
@@ -115,12 +118,12 @@ def _kind(
     iflink: int | None,
     info_kind: str | None,
 ) -> str:
+    if info_kind:
+        return _INFO_KINDS.get(info_kind, "virtual")
     devtype = ""
     for line in (read_text(root, f"{base}/uevent") or "").splitlines():
         if line.startswith("DEVTYPE="):
             devtype = line.split("=", 1)[1]
-    if info_kind:
-        return _INFO_KINDS.get(info_kind, "virtual")
     arphrd = read_int(root, f"{base}/type")
     if (flags or 0) & _IFF_LOOPBACK or arphrd == _ARPHRD_LOOPBACK:
         return "loopback"
@@ -154,10 +157,12 @@ def _live_links(facts: NetworkFacts) -> dict[str, _Link]:
     for name, addrs in psutil.net_if_addrs().items():
         link = links.setdefault(name, _Link())
         for addr in addrs:
-            if addr.family in (socket.AF_INET, socket.AF_INET6) and addr.netmask:
-                bits = bin(int(ipaddress.ip_address(addr.netmask))).count("1")
-                text = f"{addr.address.split('%')[0]}/{bits}"
-                (link.ipv4 if addr.family == socket.AF_INET else link.ipv6).append(text)
+            if addr.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            ip = ipaddress.ip_address(addr.address.split("%")[0])
+            mask = addr.netmask  # None on some point-to-point links: a host address
+            bits = bin(int(ipaddress.ip_address(mask))).count("1") if mask else ip.max_prefixlen
+            (link.ipv4 if ip.version == 4 else link.ipv6).append(f"{ip}/{bits}")
     for name, kind in _live_link_kinds().items():
         links.setdefault(name, _Link()).info_kind = kind
     for name, stats in psutil.net_if_stats().items():
@@ -260,6 +265,11 @@ def _master_path(root: Path, live: bool, facts: NetworkFacts) -> None:
     own = [a for i in facts.interfaces for a in (*i.ipv4, *i.ipv6)]
     loopback = next((i.name for i in facts.interfaces if i.kind == "loopback"), "lo")
     route = netpath.route_to(facts.master_addresses[0], root, live, own, loopback)
+    if route is None:
+        facts.read_errors.append(
+            "no routing table in the capture: the route to the master is unknown"
+        )
+        return
     if route.interface and not route.source:
         iface = next((i for i in facts.interfaces if i.name == route.interface), None)
         route.source = iface.ipv4[0].split("/")[0] if iface and iface.ipv4 else None

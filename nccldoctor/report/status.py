@@ -51,6 +51,19 @@ def _network(facts: NodeFacts) -> str:
         return f"master {net.master} does not resolve"
     if route and route.error:
         return f"no route to {route.destination}"
+    holder = next(
+        (
+            i.name
+            for i in net.interfaces
+            if i.kind != "loopback"
+            and any(a.split("/")[0] in net.master_addresses for a in i.ipv4 + i.ipv6)
+        ),
+        None,
+    )
+    if holder:
+        return f"this node is the master ({holder} {net.master_addresses[0]})" + (
+            f", NCCL picks {net.nccl_pick}" if net.nccl_pick and net.nccl_pick != holder else ""
+        )
     if route and route.interface:
         mtu = next((i.mtu for i in net.interfaces if i.name == route.interface), None)
         line = f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")

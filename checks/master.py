@@ -1,0 +1,169 @@
+"""Network checks on the path to the master: name resolution, loopback, NAT, route, ports, MTU.
+
+Background (reference/failures.md F01, F02, F05, F06, F20).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from checks import Problem, check
+from checks.netfacts import (
+    describe,
+    interface_named,
+    interfaces_line,
+    master_interface,
+    route_line,
+    suggested_ifname,
+)
+from nccldoctor.facts import NodeFacts
+from nccldoctor.model import Severity
+
+_DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridge network
+_PRIVATE_172 = ipaddress.ip_network("172.16.0.0/12")  # Docker's user-defined networks
+
+
+@check("host.hostname-loopback", area="network", category="interface_selection")
+def hostname_loopback(facts: NodeFacts) -> Problem | None:
+    """The hostname resolves only to a loopback address (the 127.0.1.1 line in /etc/hosts)."""
+    net = facts.network
+    if not facts.multi_node or not net.hostname_addresses:
+        return None
+    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.hostname_addresses):
+        return None
+    route = net.route_to_master
+    ip = route.source if route and route.source else "<this node's routable IP>"
+    return Problem(
+        Severity.WARN,
+        f"hostname {net.hostname} resolves to {', '.join(net.hostname_addresses)}: gloo will advertise loopback",
+        evidence=[
+            f"{net.hostname} resolves to {', '.join(net.hostname_addresses)}"
+            + ("" if net.live else " (the tree's /etc/hosts)"),
+            *(f"/etc/hosts: {line}" for line in net.hosts_file_entries),
+            "PyTorch: 'Unable to resolve hostname to a (local) address. Using the loopback address'",
+        ],
+        fix=(
+            f"# in /etc/hosts, map the hostname to the routable address instead of "
+            f"{net.hostname_addresses[0]}:\n"
+            f"{ip} {net.hostname}\n"
+            f"export GLOO_SOCKET_IFNAME={suggested_ifname(net)}"
+        ),
+    )
+
+
+@check("master.unresolvable", area="network", category="connect_refused_or_timeout")
+def master_unresolvable(facts: NodeFacts) -> Problem | None:
+    """The master's name does not resolve on this node."""
+    net = facts.network
+    if not net.master or not net.master_resolve_error:
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"the master {net.master} does not resolve on this node",
+        evidence=[f"getaddrinfo({net.master}): {net.master_resolve_error}"],
+        fix="export MASTER_ADDR=<numeric IP of the master's fast interface>  # same on all nodes",
+    )
+
+
+@check("master.loopback", area="network", category="connect_refused_or_timeout")
+def master_loopback(facts: NodeFacts) -> Problem | None:
+    """The master is localhost/loopback while peers are on other nodes."""
+    net = facts.network
+    if not net.master_addresses or _single_node(facts):
+        return None
+    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.master_addresses):
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"the master {net.master} is a loopback address: other nodes cannot reach it",
+        evidence=[f"{net.master} -> {', '.join(net.master_addresses)}"],
+        fix="export MASTER_ADDR=<the master's routable IP>  # the same value on every node",
+    )
+
+
+def _single_node(facts: NodeFacts) -> bool:
+    """The launcher says every rank is local (WORLD_SIZE == LOCAL_WORLD_SIZE)."""
+    env = facts.env.variables
+    return "WORLD_SIZE" in env and env.get("WORLD_SIZE") == env.get("LOCAL_WORLD_SIZE")
+
+
+@check("master.no-route", area="network", category="connect_refused_or_timeout")
+def master_no_route(facts: NodeFacts) -> Problem | None:
+    """The kernel has no route to the master."""
+    route = facts.network.route_to_master
+    if route is None or not route.error:
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"no route to the master {route.destination}",
+        evidence=[f"route lookup ({route.method}): {route.error}", interfaces_line(facts.network)],
+        fix=f"ip route get {route.destination}  # add a route, or use the master's address on a shared subnet",
+    )
+
+
+@check("master.nat-bridge", area="network", category="docker_network")
+def master_nat_bridge(facts: NodeFacts) -> Problem | None:
+    """The master is reached from a Docker bridge address through a gateway (NAT)."""
+    net, route = facts.network, facts.network.route_to_master
+    if route is None or not route.gateway:
+        return None
+    gateway = ipaddress.ip_address(route.gateway)
+    source = ipaddress.ip_address(route.source) if route.source else None
+    iface = interface_named(net, route.interface)
+    veth = iface is not None and iface.kind == "veth"
+    on_bridge = gateway in _DOCKER_BRIDGE or (source is not None and source in _DOCKER_BRIDGE)
+    if not on_bridge and not (veth and gateway in _PRIVATE_172):
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"this node reaches the master from {source or route.interface} via gateway {gateway}: behind Docker NAT",
+        evidence=[
+            route_line(net),
+            *([describe(iface)] if iface else []),
+            "NCCL advertises this private address; peers on other hosts cannot connect back",
+        ],
+        fix="docker run --network host --ipc host ...  # on every node",
+    )
+
+
+@check("network.ephemeral-ports", area="network", category="firewall_or_port")
+def ephemeral_ports(facts: NodeFacts) -> Problem | None:
+    """NCCL listens on ephemeral ports: say which range a firewall must let through."""
+    ports = facts.network.ip_local_port_range
+    if not facts.multi_node or not ports:
+        return None
+    low, high = ports
+    return Problem(
+        Severity.INFO,
+        f"NCCL listens on random ports {low}-{high} besides MASTER_PORT: allow them between nodes",
+        evidence=[f"/proc/sys/net/ipv4/ip_local_port_range: {low} {high}"],
+        fix=(
+            f"# allow TCP {low}-{high} and MASTER_PORT from the other nodes, e.g.:\n"
+            f"iptables -A INPUT -p tcp -s <peer subnet> --dport {low}:{high} -j ACCEPT"
+        ),
+    )
+
+
+@check("network.mtu", area="network", category="interface_selection")
+def mtu(facts: NodeFacts) -> Problem | None:
+    """The MTU of the interface to the master (jumbo, or unlike this node's others): compare nodes."""
+    net = facts.network
+    iface = interface_named(net, master_interface(net))
+    if iface is None or iface.kind == "loopback" or iface.mtu is None:
+        return None
+    others = {
+        i.name: i.mtu
+        for i in net.interfaces
+        if i is not iface and i.running and i.kind == "physical" and i.ipv4 and i.mtu
+    }
+    if iface.mtu == 1500 and all(m == 1500 for m in others.values()):
+        return None
+    return Problem(
+        Severity.INFO,
+        f"{iface.name} (to the master) has MTU {iface.mtu}; every node's path must use the same MTU",
+        evidence=[
+            f"{iface.name} mtu {iface.mtu}",
+            *(f"{name} mtu {m}" for name, m in others.items()),
+        ],
+        fix=f"cat /sys/class/net/{iface.name}/mtu  # on every node; set one value end to end",
+    )
