@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import re
 import string
+import tomllib
 from dataclasses import dataclass
 from importlib.resources import files
 from re import _parser as sre_parse  # the stdlib's own regex parser (public as sre_parse <3.11)
 from typing import Any
-
-import tomllib
 
 from nccldoctor.model import CATEGORIES, Finding, Severity
 
