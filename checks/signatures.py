@@ -23,7 +23,7 @@ import string
 import tomllib
 from dataclasses import dataclass
 from importlib.resources import files
-from re import _parser as sre_parse  # the stdlib's own regex parser (public as sre_parse <3.11)
+from re import _parser as sre_parse  # the stdlib regex parser (module sre_parse before 3.11)
 from typing import Any
 
 from nccldoctor.model import CATEGORIES, Finding, Severity
