@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
