@@ -53,7 +53,7 @@ def explain(
     if json_out:
         stdout.out(json.dumps(report.to_dict(), indent=1))
     else:
-        stdout.print(extra["answer"])
+        stdout.print(extra["nccl"]["answer"])
         stdout.print()
         stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
     raise typer.Exit(report.exit_code)

@@ -49,13 +49,17 @@ def _interfaces(logs: LogSet, network: str | None) -> list[str]:
 
 
 def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
-    if group is not None:
-        net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
-        if net:
-            return any(t.endswith("/GDRDMA") for t in net)
-        gdr = {c.ring_gdr for _, c in group.members if c.ring_gdr is not None}
-        if gdr:
-            return 1 in gdr
+    """Whether network transfers go GPU<->NIC directly; None when nothing crosses a network."""
+    if group is None:
+        return None
+    net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
+    if net:  # the /GDRDMA suffix is authoritative in every version (nccl-logs.md §5)
+        return any(t.endswith("/GDRDMA") for t in net)
+    if group.nodes < 2:
+        return None
+    gdr = {c.ring_gdr for _, c in group.members if c.ring_gdr is not None}
+    if gdr:
+        return 1 in gdr
     hca = {v for p in logs.processes.values() for v in p.gdr_hca.values()}
     return False if hca == {False} else None
 
@@ -94,13 +98,17 @@ def unmatched_warnings(logs: LogSet) -> list[Finding]:
 
 
 def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
-    """The report's extra section and findings for parsed ``logs``."""
+    """The report's extra section and findings for parsed ``logs``.
+
+    ``extra["nccl"]`` is the whole summary: the issue-3 keys, ``bootstrap``, ``answer`` and the
+    per-communicator and per-process detail; the issue-3 keys are also copied to the top level.
+    """
     groups = group_comms(logs)
     main = groups[0] if groups else None
     procs = list(logs.processes.values())
     transports = main.transports if main else []
     network = _network(logs, transports)
-    extra: dict[str, Any] = {
+    keys: dict[str, Any] = {
         "nccl_version": _most_common(p.nccl_version for p in procs)
         or _most_common(v.split()[2].split("+")[0] for v in logs.bare_versions),
         "cuda_version": _most_common(p.cuda_version for p in procs),
@@ -113,12 +121,14 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
         "channels": main.channels if main else None,
         "algorithms": main.algorithms() if main else [],
         "init_complete": main.init_complete if main else None,
-        "bootstrap": _most_common(
-            f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
-        ),
     }
-    extra["answer"] = answer(extra)
-    extra["nccl"] = summarize(logs)
+    bootstrap = _most_common(
+        f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
+    )
+    nccl = {**keys, "bootstrap": bootstrap}
+    nccl["answer"] = answer(nccl)
+    nccl.update(summarize(logs))
+    extra = {**keys, "nccl": nccl}
 
     def where(key: str | None) -> tuple[str | None, int | None]:
         proc = logs.processes.get(key or "")
@@ -148,7 +158,7 @@ def human_bytes(n: int) -> str:
 
 
 def _algo_phrase(rows: list[dict[str, Any]], func: str) -> str:
-    mine = [r for r in rows if r["collective"] == func]
+    mine = [r for r in rows if (r["collective"] or "?") == func]
     if not mine:
         return ""
     mine.sort(key=lambda r: -r["min_bytes"])
@@ -174,7 +184,7 @@ def answer(extra: dict[str, Any]) -> str:
     rows = extra.get("algorithms") or []
     funcs = Counter()
     for r in rows:
-        funcs[r["collective"]] += r.get("calls", 0) + (r["collective"] == "AllReduce")
+        funcs[r["collective"] or "?"] += r.get("calls", 0) + (r["collective"] == "AllReduce")
     func = funcs.most_common(1)[0][0] if funcs else "NCCL"
     nranks, nodes = extra.get("nranks"), extra.get("nodes")
     if nranks is None:

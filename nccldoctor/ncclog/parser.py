@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 
 from nccldoctor.ncclog.envelope import parse_line
-from nccldoctor.ncclog.inputs import Block, BlockReader, Source
+from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import SignatureHit, merge_hits, record
@@ -234,15 +234,24 @@ class SourceParser:
                 return
             stop = first - 1
 
+    def _bare_version(self, text: str) -> None:
+        result = self.result
+        found = match_kind(text[text.find("NCCL version ") :])
+        if found is not None and self._last_key in result.processes:
+            kind, m = found
+            kind.fold(result.processes[self._last_key], m, None)  # type: ignore[arg-type]
+        if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
+            result.bare_versions.append(text.strip())
+
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
         text = raw.decode("utf-8", "replace").rstrip("\r")
         env = parse_line(text)
         if env is None:
-            if "NCCL version " in text and "+cuda" in text and "NCCL INFO" not in text:
-                if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
-                    result.bare_versions.append(text.strip())
+            if "NCCL version " in text and "+cuda" in text:
+                # ≤2.21 rank 0 printf()s it bare (init.cc): it belongs to the process before it
+                self._bare_version(text)
             elif counted or " NCCL " in text:
                 result.garbled_lines += 1
             elif text.strip():
@@ -276,9 +285,9 @@ class SourceParser:
             self._memo[raw] = (head.key, kind, m, env, text)
 
 
-def parse_source(name: str) -> LogSet:
+def parse_source(name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) -> LogSet:
     """Parse one file (or ``-``); never raises on bad content."""
-    reader = BlockReader(name)
+    reader = BlockReader(name, block, max_line)
     parser = SourceParser(name)
     for data, start, end in reader:
         parser.feed(data, start, end)
