@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from checks import Check, all_checks
+from checks import Check, Problem, all_checks
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
 from nccldoctor.docs.pages import load_refs, render_check_page, render_index
-from nccldoctor.model import CATEGORIES
+from nccldoctor.model import CATEGORIES, Severity
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -170,3 +170,32 @@ def test_write_pages_reports_nothing_when_current(tmp_path):
     pages = generate(docs, *catalogue())
     assert write_pages(docs, pages) == []
     assert stale_files(docs, pages) == []
+
+
+def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
+    rule = Check("cluster.env-differs", "cluster", "env_config", "cluster", _cluster_rule, "")
+    page = render_check_page(rule, load_refs(DOCS), [], "Seen as `Message truncated`.")
+    assert "## What goes wrong\n\nSeen as `Message truncated`." in page
+
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    refs = docs / "finding_refs.toml"
+    text = refs.read_text()
+    text = text if "\n[notes]\n" in text else text + "\n[notes]\n"
+    refs.write_text(text.replace("\n[notes]\n", '\n[notes]\n"no.such-check" = "text"\n'))
+    result = run_docs("--check", "--docs-dir", str(docs))
+    assert result.returncode == 2
+    assert "no.such-check" in result.stderr
+
+
+def _warns_or_fails(facts):
+    """Warns or fails (a rule for this test only)."""
+    return Problem(Severity.WARN if facts else Severity.FAIL, "t")
+
+
+def test_check_page_names_the_severities_its_body_uses():
+    refs = load_refs(DOCS)
+    rule = Check("test.sev", "network", "other", "node", _warns_or_fails, "Warns or fails.")
+    assert "| can report | `fail`, `warn` |" in render_check_page(rule, refs)
+    silent = Check("test.none", "network", "other", "node", _cluster_rule, "")
+    assert "can report" not in render_check_page(silent, refs)

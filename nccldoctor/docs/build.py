@@ -11,6 +11,7 @@ from typing import Any
 from nccldoctor.docs import CRASHED_SUFFIX
 from nccldoctor.docs.pages import (
     INDEX_NAME,
+    load_notes,
     load_refs,
     render_check_page,
     render_index,
@@ -38,16 +39,23 @@ def generate(docs_dir: Path, checks: Iterable[Any], signatures: Iterable[Any]) -
     checks, signatures = list(checks), list(signatures)
     refs = load_refs(docs_dir)
     pages: dict[str, str] = {}
-    entries = [(c, render_check_page) for c in checks] + [
-        (s, render_signature_page) for s in signatures
-    ]
-    for entry, render in entries:
+    for entry in [*checks, *signatures]:
         if not _SAFE_ID.match(entry.id) or entry.id.endswith(CRASHED_SUFFIX):
             raise ValueError(f"finding id {entry.id!r} cannot name a page")
         path = f"findings/{entry.id}.md"
         if path in pages or entry.id == INDEX_NAME.removesuffix(".md"):
             raise ValueError(f"finding id {entry.id!r} is used twice")
-        pages[path] = render(entry, refs)
+        pages[path] = ""
+    notes = load_notes(docs_dir)
+    unknown = sorted(i for i in notes if f"findings/{i}.md" not in pages)
+    if unknown:
+        raise ValueError(f"finding_refs.toml has notes for ids nothing registers: {unknown}")
+    for c in checks:
+        related = [s for s in signatures if s.category == c.category]
+        pages[f"findings/{c.id}.md"] = render_check_page(c, refs, related, notes.get(c.id, ""))
+    for s in signatures:
+        related = [c for c in checks if c.category == s.category]
+        pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related, notes.get(s.id, ""))
     pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs)
     return pages
 
