@@ -81,5 +81,16 @@ def test_missing_interface_warns(tmp_path):
     assert warn["file"] == "bootstrap.cc" and warn["line"] > 0
     assert proc["error_code"] == rc
     assert any("no socket interface found" in " ".join(f.evidence) for f in findings)
-    error = next(f for f in findings if f.id == "logs.nccl-error")
-    assert error.severity.value == "fail"
+    assert any(f.id == "logs.nccl-error" for f in findings)
+    assert any(f.severity.value == "fail" for f in findings)
+
+
+def test_missing_interface_matches_the_catalogue(tmp_path):
+    pytest.importorskip("checks.signatures")
+    _, _, _, findings = _explain(tmp_path, "nosuch")
+    found = {f.id: f for f in findings}
+    sig = found["nccl.bootstrap-no-interface"]
+    assert sig.severity.value == "fail" and sig.category == "interface_selection"
+    assert "bootstrap.cc:" in sig.evidence[0]  # the whole WARN line, file:line included
+    assert found["logs.nccl-error"].severity.value == "info"  # the cause is named already
+    assert "logs.nccl-warning" not in found

@@ -189,7 +189,7 @@ def divergence(group: CommGroup) -> list[Finding]:
     ]
 
 
-def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
+def process_findings(procs: list[ProcessLog], rank_of, explained: set[str]) -> list[Finding]:
     findings = []
     versions = {p.key: p.nccl_version for p in procs if p.nccl_version}
     if len(set(versions.values())) > 1:
@@ -240,7 +240,8 @@ def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
                 Finding(
                     "logs.nccl-error",
                     category,
-                    Severity.FAIL,
+                    # when a known signature names the cause, the call path is detail
+                    Severity.INFO if p.key in explained else Severity.FAIL,
                     f"NCCL returned {name} ({p.error_code}) in {p.key}",
                     evidence,
                     "The WARN lines before the error chain name the cause; the '-> N' lines are the\n"
@@ -270,8 +271,9 @@ def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
     return findings
 
 
-def cross_rank_findings(logs: LogSet) -> list[Finding]:
-    """Every finding that compares ranks or processes."""
+def cross_rank_findings(logs: LogSet, explained: set[str] | None = None) -> list[Finding]:
+    """Every finding that compares ranks or processes; ``explained``: processes (``host:pid``)
+    whose WARNs a known signature matched."""
     findings: list[Finding] = []
     for group in group_comms(logs):
         init = init_findings(group)
@@ -299,7 +301,7 @@ def cross_rank_findings(logs: LogSet) -> list[Finding]:
         )
         findings += divergence(group)
     procs = list(logs.processes.values())
-    findings += process_findings(procs, lambda p: p.rank)
+    findings += process_findings(procs, lambda p: p.rank, explained or set())
     seen: set[tuple] = set()
     unique = []
     for f in findings:  # one communicator's problem repeats in its sub-communicators

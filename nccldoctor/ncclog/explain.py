@@ -136,7 +136,8 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
 
     findings = findings_from_hits(logs.signatures, where)
     findings += unmatched_warnings(logs)
-    findings += cross_rank_findings(logs)
+    explained = {key for hit in logs.signatures.values() for key in hit.keys}
+    findings += cross_rank_findings(logs, explained)
     return extra, findings
 
 
@@ -191,8 +192,8 @@ def answer(extra: dict[str, Any]) -> str:
         version = extra.get("nccl_version")
         boot = extra.get("bootstrap")
         text = f"NCCL {version}" if version else "NCCL"
-        text += f": bootstrap on {boot}" if boot else ""
-        return text + "; no communicator was initialised in these logs"
+        text += f" bootstrap on {boot}" if boot else ""
+        return text + ", but no communicator was initialised in these logs"
     node_text = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes else "? nodes"
     ranks = f"{nranks} rank{'s' if nranks != 1 else ''} on {node_text}"
     if func in ("NCCL", "?"):

@@ -266,7 +266,7 @@ class SourceParser:
         proc.last_line = text
         if env.level == "WARN":
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
-            record(result.signatures, env.msg, head.key)
+            record(result.signatures, env.msg, head.key, text)
             return
         if env.level == "CALL":
             result.call_lines += 1
