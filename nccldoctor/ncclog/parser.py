@@ -10,10 +10,8 @@ envelope and folded through the kinds table. Memory per source: two blocks plus 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 
 from nccldoctor.ncclog.envelope import parse_line
@@ -313,7 +311,9 @@ def parse_sources(
     files = [s for s in sources if s.name != "-"]
     pooled = jobs > 1 and len(files) > 1 and sum(s.size for s in files) >= POOL_MIN_BYTES
     if pooled:
-        ctx = multiprocessing.get_context("fork")
+        import multiprocessing  # only runs that spread over processes pay for these imports
+        from concurrent.futures import ProcessPoolExecutor
+
         names = [s.name for s in sorted(files, key=lambda s: -s.size)]  # big first: even finish
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:

@@ -13,22 +13,31 @@ from typing import Any
 
 from nccldoctor.model import Finding
 
-try:  # the catalogue lands separately; without it no line matches
-    from checks.signatures import match_line as _match_line
-except ImportError:  # pragma: no cover - depends on what is merged
-    _match_line = None
-
 MAX_LINES_PER_SIGNATURE = 5
+_UNLOADED = object()
+_match_line: Any = _UNLOADED
 
-Matcher = Callable[[str], list[Any]]
+
+def _matcher() -> Callable[[str], list[Any]] | None:
+    """``checks.signatures.match_line``, imported on first use: compiling the catalogue costs
+    more than parsing a log that has no WARN at all."""
+    global _match_line
+    if _match_line is _UNLOADED:
+        try:
+            from checks.signatures import match_line
+        except ImportError:  # a build without the catalogue: no line matches
+            match_line = None
+        _match_line = match_line
+    return _match_line
 
 
 def match(text: str) -> list[Any]:
     """The catalogue's matches for ``text`` (``SignatureMatch`` objects), or none."""
-    if _match_line is None:
+    matcher = _matcher()
+    if matcher is None:
         return []
     try:
-        return list(_match_line(text))
+        return list(matcher(text))
     except Exception:  # a broken catalogue entry must not stop the parse
         return []
 
