@@ -35,6 +35,7 @@ def test_v218_healthy_two_node_socket():
     assert proc["env"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}
     assert proc["bootstrap"] == {"ifname": "eth0", "address": "198.18.0.2"}
     assert proc["cuda_driver"] == 12020
+    assert nccl["gdrdma_reason"].startswith("the network is Socket")
     comm = nccl["communicators"][0]
     assert comm["comm_id"] == "0x5b1e7a3c9d2f4e11"
     assert comm["rings"] == {"0": [0, 1], "1": [0, 1]}
@@ -68,6 +69,7 @@ def test_v221_ib_with_gdrdma():
     assert proc["gdr_pairs"][0]["distance"] == 3
     assert proc["env"]["NCCL_IB_HCA"] == "mlx5_0"
     assert "GPUDirect RDMA" in extra["nccl"]["answer"]
+    assert "/GDRDMA" in extra["nccl"]["gdrdma_reason"]
     assert not findings
 
 

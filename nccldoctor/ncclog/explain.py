@@ -64,6 +64,30 @@ def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
     return False if hca == {False} else None
 
 
+def _gdrdma_reason(gdrdma: bool | None, logs: LogSet) -> str | None:
+    """Why GPUDirect RDMA is on or off, from the lines that decide it (nccl-logs.md §5)."""
+    if gdrdma is None:
+        return None
+    if gdrdma:
+        return "network connections are marked /GDRDMA: the NIC reads and writes GPU memory"
+    procs = list(logs.processes.values())
+    off = sorted({hca for p in procs for hca, on in p.gdr_hca.items() if not on})
+    if off:
+        return (
+            f"NCCL reports GPU Direct RDMA Disabled for HCA {', '.join(off)}: the NIC cannot "
+            "reach GPU memory (nvidia-peermem not loaded, or no DMA-BUF support)"
+        )
+    far = next((g for p in procs for g in p.gdr_pairs if not g["enabled"]), None)
+    if far is not None:
+        return (
+            f"GPU {far['gpu']} and HCA {far['hca']} are too far apart (path distance "
+            f"{far['distance']} > {far['limit']}, NCCL_NET_GDR_LEVEL): data is staged in host memory"
+        )
+    if any(p.networks and p.networks[0] == "Socket" for p in procs):
+        return "the network is Socket (TCP): data goes through host memory"
+    return "no network connection is marked /GDRDMA: data is staged in host memory"
+
+
 def _most_common(values: Iterable[Any]) -> Any:
     counted = Counter(v for v in values if v is not None)
     return counted.most_common(1)[0][0] if counted else None
@@ -125,7 +149,7 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
     bootstrap = _most_common(
         f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
     )
-    nccl = {**keys, "bootstrap": bootstrap}
+    nccl = {**keys, "bootstrap": bootstrap, "gdrdma_reason": _gdrdma_reason(keys["gdrdma"], logs)}
     nccl["answer"] = answer(nccl)
     nccl.update(summarize(logs))
     extra = {**keys, "nccl": nccl}

@@ -24,6 +24,7 @@ COLL_NEEDLE = b": opCount "
 CALL_NEEDLE = b" NCCL CALL "
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
+SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split at once
 MEMO_LIMIT = 4096
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
@@ -144,8 +145,9 @@ class SourceParser:
     def _region(self, data: bytes, start: int, end: int) -> set[str]:
         """Account for ``data[start:end]``; return the communicators with collectives in it.
 
-        A region of nothing but known collectives and CALL lines is done by counting alone;
-        otherwise it is halved until the halves are small, and those are parsed line by line.
+        A region of nothing but known collectives and CALL lines is done by counting alone; a
+        region with a few other lines is halved until the halves are small, and those (or a
+        region with many other lines, at once) are parsed line by line.
         """
         result = self.result
         n_lines = data.count(b"\n", start, end)
@@ -162,7 +164,8 @@ class SourceParser:
             result.coll_lines += n_known
             result.call_lines += n_call
             return set(per_comm)
-        if end - start > SPLIT_BYTES:
+        others = n_lines - n_known - n_call
+        if end - start > SPLIT_BYTES and others * SPARSE < n_lines:  # a few: find them by halving
             mid = data.find(b"\n", (start + end) // 2, end) + 1
             if start < mid < end:
                 return self._region(data, start, mid) | self._region(data, mid, end)
