@@ -238,9 +238,10 @@ class SourceParser:
     def _bare_version(self, text: str) -> None:
         result = self.result
         found = match_kind(text[text.find("NCCL version ") :])
-        if found is not None and self._last_key in result.processes:
+        proc = result.processes.get(self._last_key or "")
+        if found is not None and proc is not None and proc.nccl_version is None:
             kind, m = found
-            kind.fold(result.processes[self._last_key], m, None)  # type: ignore[arg-type]
+            kind.fold(proc, m, None)  # type: ignore[arg-type]
         if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
             result.bare_versions.append(text.strip())
 
@@ -257,8 +258,8 @@ class SourceParser:
                 result.garbled_lines += 1
             elif text.strip():
                 result.other_lines += 1
-            if text.strip():
-                record(result.signatures, text, self._last_key)
+            if text.strip():  # whose line it is is known only in a one-process file (below)
+                record(result.signatures, text, None)
             return
         if not counted:
             result.nccl_lines += 1
@@ -297,8 +298,11 @@ def parse_source(name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) 
     result.truncated_lines = reader.truncated
     if reader.read_error:
         result.read_errors.append(f"{name}: {reader.read_error}")
-    if len(result.processes) == 1:
-        next(iter(result.processes.values())).lines = result.lines
+    if len(result.processes) == 1:  # one rank's file: every line in it is that rank's
+        only = next(iter(result.processes.values()))
+        only.lines = result.lines
+        for hit in result.signatures.values():
+            hit.lines = [(text, line, key or only.key) for text, line, key in hit.lines]
     return result
 
 
