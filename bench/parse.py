@@ -144,25 +144,27 @@ def run_sampled(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int,
     """Wall time, CPU time (user+sys of the whole tree), peak summed RSS of the process tree,
     and peak RSS of its largest process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    root = psutil.Process(proc.pid)
     peak_sum = peak_one = 0
-    while proc.poll() is None:
-        try:
-            tree = [root, *root.children(recursive=True)]
-            rss = [p.memory_info().rss for p in tree]
-            peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    wall = time.perf_counter() - start
+    # stdout to a real file: GNU grep stops at the first match when it writes to /dev/null
+    with tempfile.TemporaryFile() as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.PIPE)
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                rss = [p.memory_info().rss for p in tree]
+                peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss))
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+        wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode not in (0, 1):
         raise SystemExit(
             f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.read().decode()}"
-        )
+        )  # type: ignore[union-attr]
     return wall, cpu, peak_sum, peak_one
 
 

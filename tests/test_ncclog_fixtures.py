@@ -161,6 +161,7 @@ def test_collective_mismatch_at_one_opcount(tmp_path):
         rows.append(line.format(r=r, f="AllReduce" if r == 0 else "Broadcast", op=5, c=1024))
         (tmp_path / f"r{r}.log").write_text("\n".join(rows) + "\n")
     _, findings = explain(expand_inputs([str(tmp_path)]))
+    assert "logs.ranks-missing" not in {f.id for f in findings}  # ranks unknown without init
     mismatch = next(f for f in findings if f.id == "logs.collective-mismatch")
     assert "opCount 0x5" in mismatch.title
     assert any("Broadcast" in e for e in mismatch.evidence)

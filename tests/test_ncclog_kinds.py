@@ -21,6 +21,7 @@ EXAMPLES = {
         "AllReduce [Symmetric]: 1048576 Bytes -> Kernel AllReduce_AGxLL_R nchannels 8 nthreads 512 nWorks 1",
         "AllGather [Copy Engine]: 1048576 Bytes -> cudaMemcpyAsync",
     ],
+    "best_tuning": ["Best tuning, algorithm, RING, protocol, SIMPLE"],
     "transport": [
         "Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read",
         "Channel 01/0 : 2[2] -> 3[3] via P2P/CUMEM/read",

@@ -82,8 +82,8 @@ def init_findings(group: CommGroup) -> list[Finding]:
 def missing_ranks(group: CommGroup, hanging: bool) -> list[Finding]:
     nranks = group.nranks
     present = {c.rank for _, c in group.members}
-    if not nranks or len(present) >= nranks:
-        return []
+    if not nranks or None in present or len(present) >= nranks:
+        return []  # (logs without init lines do not say which rank a process is)
     missing = [r for r in range(nranks) if r not in present]
     shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")
     return [

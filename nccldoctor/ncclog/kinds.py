@@ -258,6 +258,12 @@ def _algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     c.add_algo(func, algo, proto, int(m["bytes"]))
 
 
+def _best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    pick = f"{canonical(m['algo'], ALGORITHMS)}/{canonical(m['proto'], PROTOCOLS)}"
+    c.tuned[pick] = c.tuned.get(pick, 0) + 1
+
+
 def _special_algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     p.comm().add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]))
 
@@ -322,6 +328,10 @@ KINDS: tuple[LineKind, ...] = (
     _k("algorithm_special", " Bytes -> ",
        r"(?P<func>\w+) \[(?P<how>Symmetric|Copy Engine|Hierarchical CE)\]: (?P<bytes>\d+) "
        r"Bytes -> (?P<detail>.+)", _special_algo, repeats=True),
+    # 2.32 (binary strings, §15): every rank, every call, no size
+    _k("best_tuning", "Best tuning, ",
+       r"Best tuning, algorithm, (?P<algo>\w+), protocol, (?P<proto>\w+)", _best_tuning,
+       repeats=True),
     _k("transport", " via ", _VIA, _connection),
     _k("collnet", "CollNet ",
        r"CollNet (?P<channel>\d+)/(?P<conn>\d+) : (?P<rank>\d+) \[(?P<dir>send|receive)\] "
