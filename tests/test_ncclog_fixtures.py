@@ -165,3 +165,20 @@ def test_collective_mismatch_at_one_opcount(tmp_path):
     mismatch = next(f for f in findings if f.id == "logs.collective-mismatch")
     assert "opCount 0x5" in mismatch.title
     assert any("Broadcast" in e for e in mismatch.evidence)
+
+
+def test_teardown_abort_and_a_rank_that_stops_early(tmp_path):
+    init = "comm 0x1{r} rank {r} nranks 3 cudaDev 0 nvmlDev 0 busId 1000 commId 0xfeed - Init {p}"
+    end = "comm 0x1{r} rank {r} nranks 3 cudaDev 0 busId 1000 - {what} COMPLETE"
+    for r, what in ((0, "Destroy"), (1, "Abort"), (2, None)):
+        head = f"h{r}:{r + 10}:{r + 10} [0] NCCL INFO "
+        rows = [head + init.format(r=r, p="START"), head + init.format(r=r, p="COMPLETE")]
+        if what:
+            rows.append(head + end.format(r=r, what=what))
+        (tmp_path / f"r{r}.log").write_text("\n".join(rows) + "\n")
+    _, findings = explain(expand_inputs([str(tmp_path)]))
+    ids = {f.id: f for f in findings}
+    assert "ranks 1" in ids["logs.comm-aborted"].title
+    early = ids["logs.rank-stopped-early"]
+    assert "(ranks 2)" in early.title and early.rank == 2
+    assert "Init COMPLETE" in early.evidence[0]

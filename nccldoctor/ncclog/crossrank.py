@@ -189,6 +189,42 @@ def divergence(group: CommGroup) -> list[Finding]:
     ]
 
 
+def teardown(group: CommGroup) -> list[Finding]:
+    """Aborted communicators, and ranks whose log stops while the others reached teardown."""
+    findings = []
+    aborted = [m for m in group.members if m[1].ended == "Abort"]
+    if aborted:
+        findings.append(
+            _finding(
+                "logs.comm-aborted",
+                "collective_timeout_hang",
+                Severity.WARN,
+                f"the communicator was aborted on {len(aborted)} rank(s) (ranks {_ranks(aborted)})",
+                [f"{_who(m)} last line: {m[0].last_line}" for m in aborted],
+                "An abort follows an error or a timeout (PyTorch's watchdog aborts the communicator):\n"
+                "the first failure on any rank, earlier in the logs, is the cause.",
+                aborted[0],
+            )
+        )
+    ended = [m for m in group.members if m[1].ended]
+    running = [m for m in group.members if not m[1].ended and (m[1].init_complete or m[1].last_op)]
+    if ended and running:
+        findings.append(
+            _finding(
+                "logs.rank-stopped-early",
+                "collective_timeout_hang",
+                Severity.WARN,
+                f"{len(running)} of {len(group.members)} ranks never tore the communicator down "
+                f"while the others did (ranks {_ranks(running)})",
+                [f"{_who(m)} last line: {m[0].last_line}" for m in running],
+                "Those ranks were killed, crashed or hung before destroying the communicator: look at\n"
+                "their last lines, their exit status and the launcher's output.",
+                running[0],
+            )
+        )
+    return findings
+
+
 def process_findings(procs: list[ProcessLog], rank_of, explained: set[str]) -> list[Finding]:
     findings = []
     versions = {p.key: p.nccl_version for p in procs if p.nccl_version}
@@ -300,6 +336,7 @@ def cross_rank_findings(logs: LogSet, explained: set[str] | None = None) -> list
             "(NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_ALGO). Make nodes and env identical.",
         )
         findings += divergence(group)
+        findings += teardown(group)
     procs = list(logs.processes.values())
     findings += process_findings(procs, lambda p: p.rank, explained or set())
     seen: set[tuple] = set()
