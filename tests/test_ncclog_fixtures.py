@@ -182,3 +182,15 @@ def test_teardown_abort_and_a_rank_that_stops_early(tmp_path):
     early = ids["logs.rank-stopped-early"]
     assert "(ranks 2)" in early.title and early.rank == 2
     assert "Init COMPLETE" in early.evidence[0]
+
+
+def test_one_process_in_two_files_is_one_rank(tmp_path):
+    """stdout captured by the launcher and NCCL_DEBUG_FILE hold the same process."""
+    src = LOGS / "v2.21-ib-gdr-2node" / "rank0.log"
+    (tmp_path / "stdout.log").write_text("[rank0]:" + src.read_text().replace("\n", "\n[rank0]:"))
+    (tmp_path / "nccl.gpu-a.31001.log").write_text(src.read_text())
+    extra, _ = explain(expand_inputs([str(tmp_path)]), jobs=1)
+    (proc,) = extra["nccl"]["processes"]
+    assert proc["process"] == "gpu-a:31001" and len(proc["sources"]) == 2
+    (comm,) = extra["nccl"]["communicators"]
+    assert comm["ranks_seen"] == 1 and comm["ranks"][0]["connections"] == 8
