@@ -194,3 +194,16 @@ def test_one_process_in_two_files_is_one_rank(tmp_path):
     assert proc["process"] == "gpu-a:31001" and len(proc["sources"]) == 2
     (comm,) = extra["nccl"]["communicators"]
     assert comm["ranks_seen"] == 1 and comm["ranks"][0]["connections"] == 8
+
+
+def test_per_call_lines_belong_to_the_communicator_of_rank_0(tmp_path):
+    head = "h:1:1 [0] NCCL INFO "
+    init = "comm {ptr} rank {r} nranks {n} cudaDev 0 nvmlDev 0 busId 1000 commId {cid} - Init {p}"
+    rows = [head + init.format(ptr="0xa", r=0, n=8, cid="0x1", p=p) for p in ("START", "COMPLETE")]
+    rows += [head + init.format(ptr="0xb", r=3, n=4, cid="0x2", p=p) for p in ("START", "COMPLETE")]
+    rows.append(head + "AllReduce: 65536 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..1}")
+    (tmp_path / "r.log").write_text("\n".join(rows) + "\n")
+    extra, _ = explain(expand_inputs([str(tmp_path)]))
+    world, sub = extra["nccl"]["communicators"]
+    assert world["comm_id"] == "0x1" and world["algorithms"][0]["protocol"] == "LL128"
+    assert sub["algorithms"] == []

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from nccldoctor.ncclog.envelope import Envelope
-from nccldoctor.ncclog.records import MAX_RING_CHANNELS, Op, ProcessLog
+from nccldoctor.ncclog.records import MAX_RING_CHANNELS, CommRank, Op, ProcessLog
 
 Fold = Callable[[ProcessLog, "re.Match[str]", Envelope], None]
 
@@ -249,10 +249,18 @@ def _tuning_row(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
                 continue
 
 
+def _tuned_comm(p: ProcessLog) -> CommRank:
+    """The communicator a per-call tuning line is about. They come long after init, and only
+    rank 0 of a communicator prints them (enqueue.cc): the one this process is rank 0 of, the
+    largest if several; the one initialised last when the log does not say."""
+    zero = [c for c in p.comms.values() if c.rank == 0]
+    return max(zero, key=lambda c: c.nranks or 0) if zero else p.comm()
+
+
 def _algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     algo = canonical(m["algo"], ALGORITHMS)
     proto = canonical(m["proto"], PROTOCOLS)
-    c = p.comm()
+    c = _tuned_comm(p)
     # 2.20–2.22 print no function name: the collective traced just before is the one tuned
     func = m["func"] or (c.last_op.func if c.last_op else "?")
     c.add_algo(func, algo, proto, int(m["bytes"]))
@@ -265,7 +273,7 @@ def _best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 
 def _special_algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
-    p.comm().add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]))
+    _tuned_comm(p).add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]))
 
 
 def _coll(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
