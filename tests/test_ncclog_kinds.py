@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nccldoctor.ncclog.kinds import ALGORITHMS, KINDS, canonical, match_kind, transport_label
+from nccldoctor.ncclog.folds import ALGORITHMS, canonical, transport_label
+from nccldoctor.ncclog.kinds import KINDS, match_kind
 
 EXAMPLES = {
     "coll": [
