@@ -93,3 +93,12 @@ def test_html_report(tmp_path):
     assert result.exit_code == 0, result.output
     html = page.read_text()
     assert "<html" in html.lower() and "NET/Socket via eth0" in html
+
+
+def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss 0.5\nepoch 2 loss 0.4\n")
+    result = runner.invoke(app, ["explain", "--json", str(log)])
+    assert result.exit_code == 0
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["id"] == "logs.no-nccl-output" and "NCCL_DEBUG=INFO" in finding["fix"]

@@ -121,6 +121,38 @@ def unmatched_warnings(logs: LogSet) -> list[Finding]:
     return findings
 
 
+def input_findings(logs: LogSet) -> list[Finding]:
+    """Inputs that could not be read, or that hold no NCCL debug output at all."""
+    findings = []
+    if logs.read_errors:
+        findings.append(
+            Finding(
+                "logs.unreadable",
+                "other",
+                Severity.WARN,
+                f"{len(logs.read_errors)} input(s) could not be read to the end",
+                logs.read_errors[:8],
+                "Check the files' permissions and that they are complete.",
+                area="logs",
+            )
+        )
+    if not logs.nccl_lines and not logs.bare_versions:
+        findings.append(
+            Finding(
+                "logs.no-nccl-output",
+                "env_config",
+                Severity.WARN,
+                f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
+                [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"],
+                "NCCL logs only when asked to. Rerun with:\n"
+                "export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET,GRAPH,TUNING\n"
+                "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
+                area="logs",
+            )
+        )
+    return findings
+
+
 def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
     """The report's extra section and findings for parsed ``logs``.
 
@@ -158,7 +190,8 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
         proc = logs.processes.get(key or "")
         return (proc.host, proc.rank) if proc else (None, None)
 
-    findings = findings_from_hits(logs.signatures, where)
+    findings = input_findings(logs)
+    findings += findings_from_hits(logs.signatures, where)
     findings += unmatched_warnings(logs)
     explained = {key for hit in logs.signatures.values() for key in hit.keys}
     findings += cross_rank_findings(logs, explained)
