@@ -207,3 +207,20 @@ def test_per_call_lines_belong_to_the_communicator_of_rank_0(tmp_path):
     world, sub = extra["nccl"]["communicators"]
     assert world["comm_id"] == "0x1" and world["algorithms"][0]["protocol"] == "LL128"
     assert sub["algorithms"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "sentence"),
+    [
+        ("v2.18-socket-2node", "AllReduce over 2 ranks on 2 nodes: NET/Socket via eth0 without "
+         "GPUDirect RDMA, 2 channels, Ring/Simple for ≥ 256 KiB, Ring/LL128 for 16 KiB–256 KiB, "
+         "Ring/LL below (by NCCL's tuning model)"),
+        ("v2.26-nvlink-1node", "AllReduce over 4 ranks on 1 node: P2P/CUMEM, 8 channels, "
+         "Ring/Simple for 32 MiB–64 MiB, Ring/LL128 for 256 KiB–1 MiB, Ring/LL for 1 KiB (as logged)"),
+        ("v2.30-init-hang", "Communicator of 4 ranks on 2 nodes: NET/Socket via eth0 without "
+         "GPUDirect RDMA, 2 channels; NCCL init did NOT complete on every rank"),
+    ],
+)  # fmt: skip
+def test_answer_sentence(name, sentence):
+    extra, _ = run(name)
+    assert extra["nccl"]["answer"] == sentence

@@ -221,17 +221,18 @@ def _algo_phrase(rows: list[dict[str, Any]], func: str) -> str:
         return ""
     mine.sort(key=lambda r: -r["min_bytes"])
     parts = []
-    for i, r in enumerate(mine):
+    for r in mine:
         pick = f"{r['algorithm']}/{r['protocol']}"
         if r["source"] == "log":
             lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"])
             parts.append(f"{pick} for {lo}" + ("" if lo == hi else f"–{hi}"))
-        elif i == len(mine) - 1 and len(mine) > 1:
-            parts.append(f"{pick} below")
         elif r["min_bytes"] == 0:
-            parts.append(f"{pick} at every size")
-        else:
+            parts.append(f"{pick} below" if len(mine) > 1 else f"{pick} at every size")
+        elif r["max_bytes"] is None:
             parts.append(f"{pick} for ≥ {human_bytes(r['min_bytes'])}")
+        else:
+            lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"] + 1)
+            parts.append(f"{pick} for {lo}–{hi}")
     shown = parts[:3] + (["…"] if len(parts) > 3 else [])
     how = "as logged" if mine[0]["source"] == "log" else "by NCCL's tuning model"
     return ", ".join(shown) + f" ({how})"
