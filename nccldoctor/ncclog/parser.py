@@ -114,6 +114,7 @@ class SourceParser:
         self._last_key: str | None = None
         self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
         self._last_coll: Block | None = None  # its tail holds the latest collectives
+        self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
@@ -151,7 +152,7 @@ class SourceParser:
         """
         result = self.result
         n_lines = data.count(b"\n", start, end)
-        n_call = data.count(CALL_NEEDLE, start, end)
+        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0  # once seen
         per_comm = {
             ptr: n
             for ptr, needle in self._comm_needles().items()
@@ -170,7 +171,11 @@ class SourceParser:
             if start < mid < end:
                 return self._region(data, start, mid) | self._region(data, mid, end)
         result.lines += n_lines
-        n_coll = self._lines(data[start:end], n_call)
+        text = data[start:end]
+        if not self._calls and CALL_NEEDLE in text:
+            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
+            n_call = text.count(CALL_NEEDLE)
+        n_coll = self._lines(text, n_call)
         if n_coll > n_known:  # collectives of communicators we have not met: meet them
             self._tail(data, start, end)
         return {
