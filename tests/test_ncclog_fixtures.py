@@ -224,3 +224,23 @@ def test_per_call_lines_belong_to_the_communicator_of_rank_0(tmp_path):
 def test_answer_sentence(name, sentence):
     extra, _ = run(name)
     assert extra["nccl"]["answer"] == sentence
+
+
+def test_interfaces_are_the_hcas_connections_use(tmp_path):
+    head = "h{r}:{r}:{r} [0] NCCL INFO "
+    init = "comm 0x{r} rank {r} nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x77 - Init {p}"
+    for r in (0, 1):
+        h = head.format(r=r)
+        rows = [
+            h + "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE; OOB eth0:198.18.0.2<0>",
+            h + "Using network IB",
+            h + init.format(r=r, p="START"),
+            h + f"Channel 00/0 : {r}[0] -> {1 - r}[0] [send] via NET/IB/1",
+            h + init.format(r=r, p="COMPLETE"),
+        ]
+        (tmp_path / f"r{r}.log").write_text("\n".join(rows) + "\n")
+    extra, _ = explain(expand_inputs([str(tmp_path)]))
+    assert extra["interfaces"] == ["mlx5_1:1"]
+    assert extra["gdrdma"] is False and extra["transports"] == ["NET/IB/1"]
+    link = extra["nccl"]["processes"][0]["ib_devices"][1]["link_layer"]
+    assert link == "RoCE"

@@ -1,8 +1,8 @@
 """``nccldoctor explain`` as a library: parse the logs, answer the question, list the findings.
 
 :func:`explain` returns the report's ``extra`` section (the issue-3 keys at top level plus the
-full ``nccl`` summary) and the findings. :func:`answer` turns that section into the one-line
-answer the terminal prints first; the HTML view calls it on ``report.extra`` as well.
+full ``nccl`` summary) and the findings. :func:`answer` turns those keys into the one-line answer
+the terminal prints first; it is kept as ``nccl.answer``, which the other views show.
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ def _network(logs: LogSet, transports: list[str]) -> str | None:
     return None
 
 
-def _interfaces(logs: LogSet, network: str | None) -> list[str]:
+def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> list[str]:
+    """The data-plane devices: the HCAs connections use (``NET/IB/<index>``), else all listed."""
+    used = {t.split("/")[2] for t in transports if t.startswith("NET/IB/")}
     out: list[str] = []
     for p in logs.processes.values():
         if network == "IB":
-            names = [f"{d['hca']}:{d['port']}" for d in p.ib_devices]
+            names = [
+                f"{d['hca']}:{d['port']}"
+                for d in p.ib_devices
+                if not used or str(d["index"]) in used
+            ]
         elif network == "Socket":
             names = [s["ifname"] for s in p.socket_ifs]
         else:
@@ -171,7 +177,7 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
         "nranks": main.nranks if main else None,
         "nodes": main.nodes if main else (len({p.host for p in procs}) or None),
         "network": network,
-        "interfaces": _interfaces(logs, network),
+        "interfaces": _interfaces(logs, network, transports),
         "gdrdma": _gdrdma(main, logs),
         "transports": transports,
         "channels": main.channels if main else None,
