@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from nccldoctor.ncclog.envelope import Envelope
-from nccldoctor.ncclog.records import MAX_RING_CHANNELS, CommRank, Op, ProcessLog
+from nccldoctor.ncclog.records import MAX_BACKTRACE, MAX_RING_CHANNELS, CommRank, Op, ProcessLog
 
 # Names as the tuning table and NCCL_ALGO spell them (src/include/device.h, enqueue.cc).
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -277,7 +277,7 @@ def coll(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 def backtrace(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     p.error_code = int(m["code"])
-    if len(p.backtrace) < 32:
+    if len(p.backtrace) < MAX_BACKTRACE:
         p.backtrace.append(e.msg)
 
 
