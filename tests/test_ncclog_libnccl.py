@@ -28,8 +28,9 @@ sys.stderr.write(f"{version.value} {rc}")
 """
 
 
-def _explain(tmp_path: Path, ifname: str | None):
+def _explain(tmp_path: Path, ifname: str | None, **more_env: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(more_env)
     if ifname is not None:
         env["NCCL_SOCKET_IFNAME"] = ifname
     env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,BOOTSTRAP,ENV")
@@ -94,3 +95,15 @@ def test_missing_interface_matches_the_catalogue(tmp_path):
     assert "bootstrap.cc:" in sig.evidence[0]  # the whole WARN line, file:line included
     assert found["logs.nccl-error"].severity.value == "info"  # the cause is named already
     assert "logs.nccl-warning" not in found
+
+
+@pytest.mark.parametrize("stamp", ["", "%H:%M:%S.%3f_", "<%s> ", "[%F %T] "])
+def test_timestamped_lines(tmp_path, stamp):
+    """NCCL_DEBUG_TIMESTAMP_FORMAT (2.26+) on every level: any strftime text before the host."""
+    rc, _, proc, _ = _explain(
+        tmp_path, "nosuch", NCCL_DEBUG_TIMESTAMP_LEVELS="ALL", NCCL_DEBUG_TIMESTAMP_FORMAT=stamp
+    )
+    assert rc != 0
+    assert proc["env"] == {"NCCL_SOCKET_IFNAME": "nosuch"}
+    assert proc["warnings"][0]["message"] == "Bootstrap : no socket interface found"
+    assert proc["backtrace"] and proc["error_code"] == rc
