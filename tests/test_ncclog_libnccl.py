@@ -107,3 +107,28 @@ def test_timestamped_lines(tmp_path, stamp):
     assert proc["env"] == {"NCCL_SOCKET_IFNAME": "nosuch"}
     assert proc["warnings"][0]["message"] == "Bootstrap : no socket interface found"
     assert proc["backtrace"] and proc["error_code"] == rc
+
+
+def test_processes_interleaved_in_one_file(tmp_path):
+    """Three real processes write to one file at once, as a launcher's combined stdout does."""
+    log = tmp_path / "all.log"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    base.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,BOOTSTRAP,ENV")
+    with log.open("ab") as out:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _PROBE, str(LIBNCCL)],
+                env={**base, "NCCL_SOCKET_IFNAME": ifname},
+                stdout=out,
+                stderr=subprocess.DEVNULL,
+            )
+            for ifname in ("lo", "=lo", "nosuch")
+        ]
+        for proc in procs:
+            proc.wait(timeout=60)
+    extra, _ = explain(expand_inputs([str(log)]))
+    by_pid = {p["pid"]: p for p in extra["nccl"]["processes"]}
+    assert sorted(by_pid) == sorted(p.pid for p in procs)
+    chosen = [by_pid[p.pid]["bootstrap"] for p in procs]
+    assert chosen[:2] == [{"ifname": "lo", "address": "127.0.0.1"}] * 2 and chosen[2] is None
+    assert [len(by_pid[p.pid]["warnings"]) for p in procs] == [0, 0, 1]
