@@ -51,9 +51,10 @@ def explain(
     if render_html is not None and html is not None:
         html.write_text(render_html(report), encoding="utf-8")
     if json_out:
-        stdout.out(json.dumps(report.to_dict(), indent=1))
+        # the console's own file: a 64-rank document is large and needs no rich processing
+        stdout.file.write(json.dumps(report.to_dict(), indent=1) + "\n")
     else:
-        stdout.print(extra["answer"])
+        stdout.print(extra["nccl"]["answer"])
         stdout.print()
         stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
     raise typer.Exit(report.exit_code)

@@ -82,8 +82,8 @@ def init_findings(group: CommGroup) -> list[Finding]:
 def missing_ranks(group: CommGroup, hanging: bool) -> list[Finding]:
     nranks = group.nranks
     present = {c.rank for _, c in group.members}
-    if not nranks or len(present) >= nranks:
-        return []
+    if not nranks or None in present or len(present) >= nranks:
+        return []  # (logs without init lines do not say which rank a process is)
     missing = [r for r in range(nranks) if r not in present]
     shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")
     return [
@@ -189,7 +189,43 @@ def divergence(group: CommGroup) -> list[Finding]:
     ]
 
 
-def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
+def teardown(group: CommGroup) -> list[Finding]:
+    """Aborted communicators, and ranks whose log stops while the others reached teardown."""
+    findings = []
+    aborted = [m for m in group.members if m[1].ended == "Abort"]
+    if aborted:
+        findings.append(
+            _finding(
+                "logs.comm-aborted",
+                "collective_timeout_hang",
+                Severity.WARN,
+                f"the communicator was aborted on {len(aborted)} rank(s) (ranks {_ranks(aborted)})",
+                [f"{_who(m)} last line: {m[0].last_line}" for m in aborted],
+                "An abort follows an error or a timeout (PyTorch's watchdog aborts the communicator):\n"
+                "the first failure on any rank, earlier in the logs, is the cause.",
+                aborted[0],
+            )
+        )
+    ended = [m for m in group.members if m[1].ended]
+    running = [m for m in group.members if not m[1].ended and (m[1].init_complete or m[1].last_op)]
+    if ended and running:
+        findings.append(
+            _finding(
+                "logs.rank-stopped-early",
+                "collective_timeout_hang",
+                Severity.WARN,
+                f"{len(running)} of {len(group.members)} ranks never tore the communicator down "
+                f"while the others did (ranks {_ranks(running)})",
+                [f"{_who(m)} last line: {m[0].last_line}" for m in running],
+                "Those ranks were killed, crashed or hung before destroying the communicator: look at\n"
+                "their last lines, their exit status and the launcher's output.",
+                running[0],
+            )
+        )
+    return findings
+
+
+def process_findings(procs: list[ProcessLog], rank_of, explained: set[str]) -> list[Finding]:
     findings = []
     versions = {p.key: p.nccl_version for p in procs if p.nccl_version}
     if len(set(versions.values())) > 1:
@@ -240,7 +276,8 @@ def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
                 Finding(
                     "logs.nccl-error",
                     category,
-                    Severity.FAIL,
+                    # when a known signature names the cause, the call path is detail
+                    Severity.INFO if p.key in explained else Severity.FAIL,
                     f"NCCL returned {name} ({p.error_code}) in {p.key}",
                     evidence,
                     "The WARN lines before the error chain name the cause; the '-> N' lines are the\n"
@@ -270,8 +307,9 @@ def process_findings(procs: list[ProcessLog], rank_of) -> list[Finding]:
     return findings
 
 
-def cross_rank_findings(logs: LogSet) -> list[Finding]:
-    """Every finding that compares ranks or processes."""
+def cross_rank_findings(logs: LogSet, explained: set[str] | None = None) -> list[Finding]:
+    """Every finding that compares ranks or processes; ``explained``: processes (``host:pid``)
+    whose WARNs a known signature matched."""
     findings: list[Finding] = []
     for group in group_comms(logs):
         init = init_findings(group)
@@ -298,8 +336,9 @@ def cross_rank_findings(logs: LogSet) -> list[Finding]:
             "(NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_ALGO). Make nodes and env identical.",
         )
         findings += divergence(group)
+        findings += teardown(group)
     procs = list(logs.processes.values())
-    findings += process_findings(procs, lambda p: p.rank)
+    findings += process_findings(procs, lambda p: p.rank, explained or set())
     seen: set[tuple] = set()
     unique = []
     for f in findings:  # one communicator's problem repeats in its sub-communicators

@@ -1,8 +1,8 @@
 """``nccldoctor explain`` as a library: parse the logs, answer the question, list the findings.
 
 :func:`explain` returns the report's ``extra`` section (the issue-3 keys at top level plus the
-full ``nccl`` summary) and the findings. :func:`answer` turns that section into the one-line
-answer the terminal prints first; the HTML view calls it on ``report.extra`` as well.
+full ``nccl`` summary) and the findings. :func:`answer` turns those keys into the one-line answer
+the terminal prints first; it is kept as ``nccl.answer``, which the other views show.
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ def _network(logs: LogSet, transports: list[str]) -> str | None:
     return None
 
 
-def _interfaces(logs: LogSet, network: str | None) -> list[str]:
+def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> list[str]:
+    """The data-plane devices: the HCAs connections use (``NET/IB/<index>``), else all listed."""
+    used = {t.split("/")[2] for t in transports if t.startswith("NET/IB/")}
     out: list[str] = []
     for p in logs.processes.values():
         if network == "IB":
-            names = [f"{d['hca']}:{d['port']}" for d in p.ib_devices]
+            names = [
+                f"{d['hca']}:{d['port']}"
+                for d in p.ib_devices
+                if not used or str(d["index"]) in used
+            ]
         elif network == "Socket":
             names = [s["ifname"] for s in p.socket_ifs]
         else:
@@ -49,15 +55,43 @@ def _interfaces(logs: LogSet, network: str | None) -> list[str]:
 
 
 def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
-    if group is not None:
-        net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
-        if net:
-            return any(t.endswith("/GDRDMA") for t in net)
-        gdr = {c.ring_gdr for _, c in group.members if c.ring_gdr is not None}
-        if gdr:
-            return 1 in gdr
+    """Whether network transfers go GPU<->NIC directly; None when nothing crosses a network."""
+    if group is None:
+        return None
+    net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
+    if net:  # the /GDRDMA suffix is authoritative in every version (nccl-logs.md §5)
+        return any(t.endswith("/GDRDMA") for t in net)
+    if group.nodes < 2:
+        return None
+    gdr = {c.ring_gdr for _, c in group.members if c.ring_gdr is not None}
+    if gdr:
+        return 1 in gdr
     hca = {v for p in logs.processes.values() for v in p.gdr_hca.values()}
     return False if hca == {False} else None
+
+
+def _gdrdma_reason(gdrdma: bool | None, logs: LogSet) -> str | None:
+    """Why GPUDirect RDMA is on or off, from the lines that decide it (nccl-logs.md §5)."""
+    if gdrdma is None:
+        return None
+    if gdrdma:
+        return "network connections are marked /GDRDMA: the NIC reads and writes GPU memory"
+    procs = list(logs.processes.values())
+    off = sorted({hca for p in procs for hca, on in p.gdr_hca.items() if not on})
+    if off:
+        return (
+            f"NCCL reports GPU Direct RDMA Disabled for HCA {', '.join(off)}: the NIC cannot "
+            "reach GPU memory (nvidia-peermem not loaded, or no DMA-BUF support)"
+        )
+    far = next((g for p in procs for g in p.gdr_pairs if not g["enabled"]), None)
+    if far is not None:
+        return (
+            f"GPU {far['gpu']} and HCA {far['hca']} are too far apart (path distance "
+            f"{far['distance']} > {far['limit']}, NCCL_NET_GDR_LEVEL): data is staged in host memory"
+        )
+    if any(p.networks and p.networks[0] == "Socket" for p in procs):
+        return "the network is Socket (TCP): data goes through host memory"
+    return "no network connection is marked /GDRDMA: data is staged in host memory"
 
 
 def _most_common(values: Iterable[Any]) -> Any:
@@ -93,40 +127,80 @@ def unmatched_warnings(logs: LogSet) -> list[Finding]:
     return findings
 
 
+def input_findings(logs: LogSet) -> list[Finding]:
+    """Inputs that could not be read, or that hold no NCCL debug output at all."""
+    findings = []
+    if logs.read_errors:
+        findings.append(
+            Finding(
+                "logs.unreadable",
+                "other",
+                Severity.WARN,
+                f"{len(logs.read_errors)} input(s) could not be read to the end",
+                logs.read_errors[:8],
+                "Check the files' permissions and that they are complete.",
+                area="logs",
+            )
+        )
+    if not logs.nccl_lines and not logs.bare_versions:
+        findings.append(
+            Finding(
+                "logs.no-nccl-output",
+                "env_config",
+                Severity.WARN,
+                f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
+                [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"],
+                "NCCL logs only when asked to. Rerun with:\n"
+                "export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET,GRAPH,TUNING\n"
+                "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
+                area="logs",
+            )
+        )
+    return findings
+
+
 def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
-    """The report's extra section and findings for parsed ``logs``."""
+    """The report's extra section and findings for parsed ``logs``.
+
+    ``extra["nccl"]`` is the whole summary: the issue-3 keys, ``bootstrap``, ``answer`` and the
+    per-communicator and per-process detail; the issue-3 keys are also copied to the top level.
+    """
     groups = group_comms(logs)
     main = groups[0] if groups else None
     procs = list(logs.processes.values())
     transports = main.transports if main else []
     network = _network(logs, transports)
-    extra: dict[str, Any] = {
+    keys: dict[str, Any] = {
         "nccl_version": _most_common(p.nccl_version for p in procs)
         or _most_common(v.split()[2].split("+")[0] for v in logs.bare_versions),
         "cuda_version": _most_common(p.cuda_version for p in procs),
         "nranks": main.nranks if main else None,
         "nodes": main.nodes if main else (len({p.host for p in procs}) or None),
         "network": network,
-        "interfaces": _interfaces(logs, network),
+        "interfaces": _interfaces(logs, network, transports),
         "gdrdma": _gdrdma(main, logs),
         "transports": transports,
         "channels": main.channels if main else None,
         "algorithms": main.algorithms() if main else [],
         "init_complete": main.init_complete if main else None,
-        "bootstrap": _most_common(
-            f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
-        ),
     }
-    extra["answer"] = answer(extra)
-    extra["nccl"] = summarize(logs)
+    bootstrap = _most_common(
+        f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
+    )
+    nccl = {**keys, "bootstrap": bootstrap, "gdrdma_reason": _gdrdma_reason(keys["gdrdma"], logs)}
+    nccl["answer"] = answer(nccl)
+    nccl.update(summarize(logs))
+    extra = {**keys, "nccl": nccl}
 
     def where(key: str | None) -> tuple[str | None, int | None]:
         proc = logs.processes.get(key or "")
         return (proc.host, proc.rank) if proc else (None, None)
 
-    findings = findings_from_hits(logs.signatures, where)
+    findings = input_findings(logs)
+    findings += findings_from_hits(logs.signatures, where)
     findings += unmatched_warnings(logs)
-    findings += cross_rank_findings(logs)
+    explained = {key for hit in logs.signatures.values() for key in hit.keys}
+    findings += cross_rank_findings(logs, explained)
     return extra, findings
 
 
@@ -148,22 +222,23 @@ def human_bytes(n: int) -> str:
 
 
 def _algo_phrase(rows: list[dict[str, Any]], func: str) -> str:
-    mine = [r for r in rows if r["collective"] == func]
+    mine = [r for r in rows if (r["collective"] or "?") == func]
     if not mine:
         return ""
     mine.sort(key=lambda r: -r["min_bytes"])
     parts = []
-    for i, r in enumerate(mine):
+    for r in mine:
         pick = f"{r['algorithm']}/{r['protocol']}"
         if r["source"] == "log":
             lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"])
             parts.append(f"{pick} for {lo}" + ("" if lo == hi else f"–{hi}"))
-        elif i == len(mine) - 1 and len(mine) > 1:
-            parts.append(f"{pick} below")
         elif r["min_bytes"] == 0:
-            parts.append(f"{pick} at every size")
-        else:
+            parts.append(f"{pick} below" if len(mine) > 1 else f"{pick} at every size")
+        elif r["max_bytes"] is None:
             parts.append(f"{pick} for ≥ {human_bytes(r['min_bytes'])}")
+        else:
+            lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"] + 1)
+            parts.append(f"{pick} for {lo}–{hi}")
     shown = parts[:3] + (["…"] if len(parts) > 3 else [])
     how = "as logged" if mine[0]["source"] == "log" else "by NCCL's tuning model"
     return ", ".join(shown) + f" ({how})"
@@ -174,15 +249,15 @@ def answer(extra: dict[str, Any]) -> str:
     rows = extra.get("algorithms") or []
     funcs = Counter()
     for r in rows:
-        funcs[r["collective"]] += r.get("calls", 0) + (r["collective"] == "AllReduce")
+        funcs[r["collective"] or "?"] += r.get("calls", 0) + (r["collective"] == "AllReduce")
     func = funcs.most_common(1)[0][0] if funcs else "NCCL"
     nranks, nodes = extra.get("nranks"), extra.get("nodes")
     if nranks is None:
         version = extra.get("nccl_version")
         boot = extra.get("bootstrap")
         text = f"NCCL {version}" if version else "NCCL"
-        text += f": bootstrap on {boot}" if boot else ""
-        return text + "; no communicator was initialised in these logs"
+        text += f" bootstrap on {boot}" if boot else ""
+        return text + ", but no communicator was initialised in these logs"
     node_text = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes else "? nodes"
     ranks = f"{nranks} rank{'s' if nranks != 1 else ''} on {node_text}"
     if func in ("NCCL", "?"):

@@ -63,7 +63,12 @@ def _open(name: str) -> BinaryIO:
     with open(name, "rb") as probe:
         magic = probe.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(name, "rb")  # type: ignore[return-value]
+        stream = gzip.open(name, "rb")  # noqa: SIM115 - returned open, closed by the reader
+        try:
+            stream.peek(1)  # a plain file may start with the magic bytes: read it as it is
+            return stream  # type: ignore[return-value]
+        except (OSError, EOFError):
+            stream.close()
     return open(name, "rb", buffering=0)  # whole-block reads: no second copy through a buffer
 
 

@@ -10,14 +10,12 @@ envelope and folded through the kinds table. Memory per source: two blocks plus 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 
 from nccldoctor.ncclog.envelope import parse_line
-from nccldoctor.ncclog.inputs import Block, BlockReader, Source
+from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import SignatureHit, merge_hits, record
@@ -26,6 +24,7 @@ COLL_NEEDLE = b": opCount "
 CALL_NEEDLE = b" NCCL CALL "
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
+SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split at once
 MEMO_LIMIT = 4096
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
@@ -115,6 +114,7 @@ class SourceParser:
         self._last_key: str | None = None
         self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
         self._last_coll: Block | None = None  # its tail holds the latest collectives
+        self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
@@ -146,12 +146,13 @@ class SourceParser:
     def _region(self, data: bytes, start: int, end: int) -> set[str]:
         """Account for ``data[start:end]``; return the communicators with collectives in it.
 
-        A region of nothing but known collectives and CALL lines is done by counting alone;
-        otherwise it is halved until the halves are small, and those are parsed line by line.
+        A region of nothing but known collectives and CALL lines is done by counting alone; a
+        region with a few other lines is halved until the halves are small, and those (or a
+        region with many other lines, at once) are parsed line by line.
         """
         result = self.result
         n_lines = data.count(b"\n", start, end)
-        n_call = data.count(CALL_NEEDLE, start, end)
+        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0  # once seen
         per_comm = {
             ptr: n
             for ptr, needle in self._comm_needles().items()
@@ -164,12 +165,17 @@ class SourceParser:
             result.coll_lines += n_known
             result.call_lines += n_call
             return set(per_comm)
-        if end - start > SPLIT_BYTES:
+        others = n_lines - n_known - n_call
+        if end - start > SPLIT_BYTES and others * SPARSE < n_lines:  # a few: find them by halving
             mid = data.find(b"\n", (start + end) // 2, end) + 1
             if start < mid < end:
                 return self._region(data, start, mid) | self._region(data, mid, end)
         result.lines += n_lines
-        n_coll = self._lines(data[start:end], n_call)
+        text = data[start:end]
+        if not self._calls and CALL_NEEDLE in text:
+            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
+            n_call = text.count(CALL_NEEDLE)
+        n_coll = self._lines(text, n_call)
         if n_coll > n_known:  # collectives of communicators we have not met: meet them
             self._tail(data, start, end)
         return {
@@ -234,21 +240,31 @@ class SourceParser:
                 return
             stop = first - 1
 
+    def _bare_version(self, text: str) -> None:
+        result = self.result
+        found = match_kind(text[text.find("NCCL version ") :])
+        proc = result.processes.get(self._last_key or "")
+        if found is not None and proc is not None and proc.nccl_version is None:
+            kind, m = found
+            kind.fold(proc, m, None)  # type: ignore[arg-type]
+        if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
+            result.bare_versions.append(text.strip())
+
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
         text = raw.decode("utf-8", "replace").rstrip("\r")
         env = parse_line(text)
         if env is None:
-            if "NCCL version " in text and "+cuda" in text and "NCCL INFO" not in text:
-                if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
-                    result.bare_versions.append(text.strip())
+            if "NCCL version " in text and "+cuda" in text:
+                # ≤2.21 rank 0 printf()s it bare (init.cc): it belongs to the process before it
+                self._bare_version(text)
             elif counted or " NCCL " in text:
                 result.garbled_lines += 1
             elif text.strip():
                 result.other_lines += 1
-            if text.strip():
-                record(result.signatures, text, self._last_key)
+            if text.strip():  # whose line it is is known only in a one-process file (below)
+                record(result.signatures, text, None)
             return
         if not counted:
             result.nccl_lines += 1
@@ -257,7 +273,7 @@ class SourceParser:
         proc.last_line = text
         if env.level == "WARN":
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
-            record(result.signatures, env.msg, head.key)
+            record(result.signatures, env.msg, head.key, text)
             return
         if env.level == "CALL":
             result.call_lines += 1
@@ -276,9 +292,9 @@ class SourceParser:
             self._memo[raw] = (head.key, kind, m, env, text)
 
 
-def parse_source(name: str) -> LogSet:
+def parse_source(name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) -> LogSet:
     """Parse one file (or ``-``); never raises on bad content."""
-    reader = BlockReader(name)
+    reader = BlockReader(name, block, max_line)
     parser = SourceParser(name)
     for data, start, end in reader:
         parser.feed(data, start, end)
@@ -287,8 +303,11 @@ def parse_source(name: str) -> LogSet:
     result.truncated_lines = reader.truncated
     if reader.read_error:
         result.read_errors.append(f"{name}: {reader.read_error}")
-    if len(result.processes) == 1:
-        next(iter(result.processes.values())).lines = result.lines
+    if len(result.processes) == 1:  # one rank's file: every line in it is that rank's
+        only = next(iter(result.processes.values()))
+        only.lines = result.lines
+        for hit in result.signatures.values():
+            hit.lines = [(text, line, key or only.key) for text, line, key in hit.lines]
     return result
 
 
@@ -304,7 +323,9 @@ def parse_sources(
     files = [s for s in sources if s.name != "-"]
     pooled = jobs > 1 and len(files) > 1 and sum(s.size for s in files) >= POOL_MIN_BYTES
     if pooled:
-        ctx = multiprocessing.get_context("fork")
+        import multiprocessing  # only runs that spread over processes pay for these imports
+        from concurrent.futures import ProcessPoolExecutor
+
         names = [s.name for s in sorted(files, key=lambda s: -s.size)]  # big first: even finish
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:

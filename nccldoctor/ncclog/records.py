@@ -87,6 +87,7 @@ class CommRank:
     nvls: bool = False
     tuning: TuningTable = field(default_factory=TuningTable)
     algo_log: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    tuned: dict[str, int] = field(default_factory=dict)  # "Ring/Simple" -> calls (2.32, no size)
     ops: OrderedDict[int, Op] = field(default_factory=OrderedDict)
     last_op: Op | None = None
 

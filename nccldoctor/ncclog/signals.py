@@ -13,22 +13,31 @@ from typing import Any
 
 from nccldoctor.model import Finding
 
-try:  # the catalogue lands separately; without it no line matches
-    from checks.signatures import match_line as _match_line
-except ImportError:  # pragma: no cover - depends on what is merged
-    _match_line = None
-
 MAX_LINES_PER_SIGNATURE = 5
+_UNLOADED = object()
+_match_line: Any = _UNLOADED
 
-Matcher = Callable[[str], list[Any]]
+
+def _matcher() -> Callable[[str], list[Any]] | None:
+    """``checks.signatures.match_line``, imported on first use: compiling the catalogue costs
+    more than parsing a log that has no WARN at all."""
+    global _match_line
+    if _match_line is _UNLOADED:
+        try:
+            from checks.signatures import match_line
+        except ImportError:  # a build without the catalogue: no line matches
+            match_line = None
+        _match_line = match_line
+    return _match_line
 
 
 def match(text: str) -> list[Any]:
     """The catalogue's matches for ``text`` (``SignatureMatch`` objects), or none."""
-    if _match_line is None:
+    matcher = _matcher()
+    if matcher is None:
         return []
     try:
-        return list(_match_line(text))
+        return list(matcher(text))
     except Exception:  # a broken catalogue entry must not stop the parse
         return []
 
@@ -39,22 +48,30 @@ class SignatureHit:
 
     id: str
     count: int = 0
-    lines: list[tuple[str, str | None]] = field(default_factory=list)  # (text, host:pid)
+    # (the text matched, the whole line for evidence, host:pid or None)
+    lines: list[tuple[str, str, str | None]] = field(default_factory=list)
 
-    def add(self, text: str, key: str | None) -> None:
+    def add(self, text: str, line: str, key: str | None) -> None:
         self.count += 1
         if len(self.lines) < MAX_LINES_PER_SIGNATURE:
-            self.lines.append((text, key))
+            self.lines.append((text, line, key))
+
+    @property
+    def keys(self) -> set[str]:
+        return {key for _, _, key in self.lines if key}
 
 
-def record(hits: dict[str, SignatureHit], text: str, key: str | None) -> None:
-    """Match ``text`` and remember it under each signature it matched."""
-    for found in match(text):
-        sig_id = found.signature.id
+def record(hits: dict[str, SignatureHit], text: str, key: str | None, line: str = "") -> bool:
+    """Match ``text`` (a WARN's message, or a whole line) and remember ``line`` under each
+    signature it matched; True when one did."""
+    found = match(text)
+    for m in found:
+        sig_id = m.signature.id
         hit = hits.get(sig_id)
         if hit is None:
             hit = hits[sig_id] = SignatureHit(sig_id)
-        hit.add(text, key)
+        hit.add(text, line or text, key)
+    return bool(found)
 
 
 def merge_hits(into: dict[str, SignatureHit], other: dict[str, SignatureHit]) -> None:
@@ -71,11 +88,11 @@ def findings_from_hits(
     """One Finding per signature; ``where`` maps ``host:pid`` to (node, rank)."""
     findings = []
     for hit in hits.values():
-        text, key = hit.lines[0]
+        text, _, key = hit.lines[0]
         matched = [m for m in match(text) if m.signature.id == hit.id]
         if not matched:
             continue
-        evidence = [line for line, _ in hit.lines]
+        evidence = [line.strip() for _, line, _ in hit.lines]
         if hit.count > len(evidence):
             evidence.append(f"(seen {hit.count} times in all)")
         node, rank = where(key)

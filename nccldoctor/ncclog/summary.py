@@ -115,6 +115,7 @@ def _rank_row(proc: ProcessLog, c: CommRank) -> dict[str, Any]:
         "ring_pxn": c.ring_pxn,
         "ring_gdr": c.ring_gdr,
         "connected_rings": c.connected_rings,
+        "tuned_calls": c.tuned or None,
         "last_op": None
         if op is None
         else {"op_count": op.op_count, "func": op.func, "count": op.count, "datatype": op.datatype},

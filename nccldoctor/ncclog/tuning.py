@@ -79,14 +79,19 @@ def model_ranges(table: TuningTable, topo: dict[str, int]) -> list[dict[str, Any
 def log_ranges(algo_log: dict[tuple[str, str, str], list[int]]) -> list[dict[str, Any]]:
     """Ranges as logged: per (function, algorithm, protocol) the smallest and largest size seen."""
     rows = [
-        _range(func, (algo, proto), lo, hi, "log", calls=n)
+        _range(func if func != "?" else None, (algo, proto), lo, hi, "log", calls=n)
         for (func, algo, proto), (lo, hi, n) in algo_log.items()
     ]
-    return sorted(rows, key=lambda r: (r["collective"], r["min_bytes"]))
+    return sorted(rows, key=lambda r: (r["collective"] or "", r["min_bytes"]))
 
 
 def _range(
-    func: str, pick: tuple[str, str], lo: int, hi: int | None, source: str, calls: int | None = None
+    func: str | None,
+    pick: tuple[str, str],
+    lo: int,
+    hi: int | None,
+    source: str,
+    calls: int | None = None,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "collective": func,

@@ -1,0 +1,292 @@
+"""How each kind of NCCL line changes the process record: one small function per kind.
+
+The functions are the ``fold`` of the entries in :mod:`nccldoctor.ncclog.kinds`; each takes the
+process record, the regex match and the line's envelope. Names here follow NCCL's own spelling
+(src/include/device.h, graph/tuning.cc, enqueue.cc).
+"""
+
+from __future__ import annotations
+
+import re
+
+from nccldoctor.ncclog.envelope import Envelope
+from nccldoctor.ncclog.records import MAX_BACKTRACE, MAX_RING_CHANNELS, CommRank, Op, ProcessLog
+
+# Names as the tuning table and NCCL_ALGO spell them (src/include/device.h, enqueue.cc).
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+PROTOCOLS = ("LL", "LL128", "Simple")
+_CANON = {n.upper(): n for n in ALGORITHMS + PROTOCOLS}
+_CANON.update({"COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain"})
+_CANON["NVLS_TREE"] = "NVLSTree"
+
+
+def canonical(name: str, numbered: tuple[str, ...]) -> str:
+    """``RING``/``1``/``Ring`` -> ``Ring`` (per-call lines are upper case 2.24+, numeric 2.20–2.23)."""
+    if name.isdigit():
+        idx = int(name)
+        return numbered[idx] if idx < len(numbered) else name
+    return _CANON.get(name.upper(), name)
+
+
+def transport_label(via: str) -> str:
+    """The transport class of a ``via …`` text: ``NET/IB/0/GDRDMA``, ``P2P/CUMEM``, ``SHM``."""
+    parts = via.split("/")
+    kind = parts[0]
+    if kind == "P2P" and len(parts) > 1:
+        return f"P2P/{parts[1]}"
+    if kind == "SHM":
+        return "SHM"
+    if kind in ("NET", "COLLNET") and len(parts) > 2:
+        dev = parts[2].split("(")[0]  # "2(1)" = device 2 through PXN proxy rank 1
+        return f"{kind}/{parts[1]}/{dev}" + ("/GDRDMA" if "GDRDMA" in via else "")
+    return via
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None else None
+
+
+# ---- folds: each writes one kind of line into the process record -------------------------
+
+
+def version(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.nccl_version = m["version"] + (m["suffix"] or "")
+    p.cuda_version = m["cuda"]
+
+
+def git(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.git_version = m["rest"]
+
+
+def driver(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.driver_version = int(m["v"])
+
+
+def init(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm(m["comm"])
+    if m["phase"] == "START":
+        p.current = m["comm"]
+        c.init_start = True
+    else:
+        c.init_complete = True
+    c.api = m["api"] or c.api
+    c.rank, c.nranks = int(m["rank"]), int(m["nranks"])
+    c.cuda_dev, c.nvml_dev, c.bus_id = int(m["cuda_dev"]), int(m["nvml_dev"]), m["bus_id"]
+    c.comm_id = m["comm_id"] or c.comm_id
+
+
+def ended(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm(m["comm"]).ended = m["what"]
+
+
+def timings(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    c.timings = {"total": float(m["total"])}
+    for part in m["parts"].split(","):
+        name, _, value = part.strip().partition(" ")
+        try:
+            c.timings[name] = float(value)
+        except ValueError:
+            continue
+
+
+def topo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm(m["comm"])
+    c.nnodes, c.local_ranks = int(m["nnodes"]), int(m["local_ranks"])
+    c.rank, c.nranks = int(m["rank"]), int(m["nranks"])
+
+
+def channels(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm().channels = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+
+
+def env(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    value = m["value"]
+    if value.endswith(".") and value[:-1].lstrip("-").isdigit():
+        value = value[:-1]  # integer params end with a period (misc/param.cc)
+    p.env[m["name"]] = value
+
+
+def bootstrap(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.bootstrap = {"ifname": m["ifname"], "address": m["addr"]}
+
+
+def plugin(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.plugins[m["what"]] = m["text"].strip()
+
+
+def network(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if m["name"] not in p.networks:
+        p.networks.append(m["name"])
+
+
+_IB_DEV = re.compile(r"\[(\d+)\]([^:\s]+):(\d+)(?::[\d:]*)?/(\w+)")
+_SOCK_IF = re.compile(r"\[(\d+)\]([^:\s]+):(\S+?)<\d+>")
+
+
+def ib_devices(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.ib_devices = [
+        {"index": int(i), "hca": hca, "port": int(port), "link_layer": ll}
+        for i, hca, port, ll in _IB_DEV.findall(m["devs"])
+    ]
+    p.ib_relaxed_ordering = "[RO]" in m["devs"]
+    p.ib_oob = m["oob"]
+
+
+def ib_none(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.ib_no_device = True
+
+
+def socket_ifs(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.socket_ifs = [{"ifname": n, "address": a} for _, n, a in _SOCK_IF.findall(m["ifs"])]
+
+
+def gdr_hca(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.gdr_hca[m["hca"]] = m["state"] == "Enabled"
+
+
+def gdr_pair(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if len(p.gdr_pairs) < 64:
+        p.gdr_pairs.append(
+            {
+                "enabled": m["state"] == "Enabled",
+                "gpu": m["gpu"],
+                "hca": m["hca"],
+                "distance": int(m["distance"]),
+                "limit": int(m["limit"]),
+            }
+        )
+
+
+def connection(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    via = m["via"].strip()
+    key = (int(m["channel"]), _int(m["conn"]), int(m["src"]), int(m["dst"]), m["dir"])
+    p.comm().add_connection(key, transport_label(via))
+
+
+def collnet(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    via = m["via"].strip()
+    key = (int(m["channel"]), int(m["conn"]), int(m["rank"]), -1, m["dir"])
+    p.comm().add_connection(key, transport_label(via))
+
+
+def ring(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    if len(c.rings) < MAX_RING_CHANNELS:
+        c.rings[int(m["channel"])] = [int(r) for r in m["ranks"].split()]
+
+
+def neighbours(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    if len(c.ring_neighbours) < MAX_RING_CHANNELS:
+        c.ring_neighbours[int(m["channel"])] = (int(m["prev"]), int(m["next"]))
+
+
+_TREE = re.compile(r"\[(\d+)\] (\S+)")
+
+
+def trees(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    for channel, shape in _TREE.findall(m["trees"])[:MAX_RING_CHANNELS]:
+        c.trees[int(channel)] = shape
+
+
+def connected_rings(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    c.connected_rings = True
+    c.ring_pxn, c.ring_gdr = _int(m["pxn"]), _int(m["gdr"])
+
+
+def connected_trees(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm().connected_trees = True
+
+
+def nvls(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm().nvls = True
+
+
+def _cells(text: str) -> list[str]:
+    return [cell.strip() for cell in text.split("|")]
+
+
+def tuning_algorithms(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm().tuning.algorithms = [a for a in _cells(m["cells"]) if a]
+
+
+def tuning_protocols(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.comm().tuning.protocols = [a for a in _cells(m["cells"]) if a]
+
+
+def tuning_row(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    table = p.comm().tuning
+    algos, protos = table.algorithms, table.protocols
+    if not algos or not protos:
+        return  # a row without its header (the log starts mid-table)
+    per_algo = max(1, len(protos) // len(algos))
+    row = table.rows.setdefault(m["func"], {})
+    for i, cell in enumerate(c for c in _cells(m["cells"]) if c):
+        lat, _, bw = cell.partition("/")
+        if i // per_algo < len(algos) and i < len(protos):
+            try:
+                row[(algos[i // per_algo], protos[i])] = (float(lat), float(bw))
+            except ValueError:
+                continue
+
+
+def tuned_comm(p: ProcessLog) -> CommRank:
+    """The communicator a per-call tuning line is about. They come long after init, and only
+    rank 0 of a communicator prints them (enqueue.cc): the one this process is rank 0 of, the
+    largest if several; the one initialised last when the log does not say."""
+    zero = [c for c in p.comms.values() if c.rank == 0]
+    return max(zero, key=lambda c: c.nranks or 0) if zero else p.comm()
+
+
+def algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    algo = canonical(m["algo"], ALGORITHMS)
+    proto = canonical(m["proto"], PROTOCOLS)
+    c = tuned_comm(p)
+    # 2.20–2.22 print no function name: the collective traced just before is the one tuned
+    func = m["func"] or (c.last_op.func if c.last_op else "?")
+    c.add_algo(func, algo, proto, int(m["bytes"]))
+
+
+def best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm()
+    pick = f"{canonical(m['algo'], ALGORITHMS)}/{canonical(m['proto'], PROTOCOLS)}"
+    c.tuned[pick] = c.tuned.get(pick, 0) + 1
+
+
+def special_algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    tuned_comm(p).add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]))
+
+
+def coll(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    c = p.comm(m["comm"])
+    c.nranks = c.nranks or int(m["nranks"])
+    c.add_op(
+        Op(
+            int(m["op"], 16),
+            m["func"],
+            int(m["count"]),
+            int(m["dtype"]),
+            int(m["redop"]),
+            int(m["root"]),
+        )
+    )
+
+
+def backtrace(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    p.error_code = int(m["code"])
+    if len(p.backtrace) < MAX_BACKTRACE:
+        p.backtrace.append(e.msg)
+
+
+def retry(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    peer = m["peer"] or "?"
+    if peer in p.connect_retries or len(p.connect_retries) < 64:
+        p.connect_retries[peer] = p.connect_retries.get(peer, 0) + 1
+
+
+def hint(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if p.warns and len(p.warns[-1].hints) < 8:
+        p.warns[-1].hints.append(e.msg)

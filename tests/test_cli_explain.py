@@ -1,0 +1,104 @@
+"""`nccldoctor explain`: the answer first, findings, JSON keys, exit codes, inputs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from nccldoctor.cli.app import app
+
+runner = CliRunner()
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+KEYS = {
+    "nccl_version": (str, type(None)),
+    "cuda_version": (str, type(None)),
+    "nranks": (int, type(None)),
+    "nodes": (int, type(None)),
+    "network": (str, type(None)),
+    "interfaces": list,
+    "gdrdma": (bool, type(None)),
+    "transports": list,
+    "channels": (int, type(None)),
+    "algorithms": list,
+    "init_complete": (bool, type(None)),
+    "findings": list,
+    "nccl": dict,
+}
+
+
+def test_healthy_answer_comes_first():
+    result = runner.invoke(app, ["explain", str(LOGS / "v2.21-ib-gdr-2node")])
+    assert result.exit_code == 0, result.output
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(
+        "Collectives of 2 ranks on 2 nodes: NET/IB via mlx5_0:1 with GPUDirect RDMA"
+    )
+    assert "No issues found!" in result.stdout
+
+
+def test_hang_fails_with_the_fix():
+    result = runner.invoke(app, ["explain", str(LOGS / "v2.30-init-hang")])
+    assert result.exit_code == 1
+    assert "2 of 4 ranks never reached Init COMPLETE (ranks 1, 3)" in result.stdout
+    assert "Fix:" in result.stdout
+
+
+def test_json_document():
+    result = runner.invoke(app, ["explain", "--json", str(LOGS / "v2.26-nvlink-1node")])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "explain"
+    for key, kind in KEYS.items():
+        assert isinstance(doc[key], kind), key
+    for algo in doc["algorithms"]:
+        assert set(algo) >= {
+            "collective",
+            "algorithm",
+            "protocol",
+            "min_bytes",
+            "max_bytes",
+            "source",
+        }
+        assert algo["source"] in ("log", "tuning-model")
+    for finding in doc["findings"]:
+        assert set(finding) >= {"id", "category", "severity", "title", "evidence", "fix"}
+    assert doc["nccl"]["nranks"] == doc["nranks"] == 4
+
+
+def test_missing_file_is_a_usage_error(tmp_path):
+    result = runner.invoke(app, ["explain", str(tmp_path / "nope.log")])
+    assert result.exit_code == 2
+    assert "no such file" in result.output
+
+
+def test_stdin_gzip_and_glob(tmp_path):
+    text = (LOGS / "v2.32-diverge" / "torchrun.log").read_bytes()
+    result = runner.invoke(app, ["explain", "--json", "-"], input=text)
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["nranks"] == 4
+    (tmp_path / "run.log.gz").write_bytes(gzip.compress(text))
+    result = runner.invoke(app, ["explain", "--json", str(tmp_path / "*.gz")])
+    assert result.exit_code == 1
+    assert any(
+        f["id"] == "logs.collective-divergence" for f in json.loads(result.stdout)["findings"]
+    )
+
+
+def test_html_report(tmp_path):
+    page = tmp_path / "explain.html"
+    result = runner.invoke(app, ["explain", "--html", str(page), str(LOGS / "v2.18-socket-2node")])
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert "<html" in html.lower() and "NET/Socket via eth0" in html
+
+
+def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1 loss 0.5\nepoch 2 loss 0.4\n")
+    result = runner.invoke(app, ["explain", "--json", str(log)])
+    assert result.exit_code == 0
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["id"] == "logs.no-nccl-output" and "NCCL_DEBUG=INFO" in finding["fix"]

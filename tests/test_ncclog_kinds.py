@@ -1,0 +1,134 @@
+"""Every line kind matches the shapes NCCL printed in each version; every kind has an example."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccldoctor.ncclog.folds import ALGORITHMS, canonical, transport_label
+from nccldoctor.ncclog.kinds import KINDS, match_kind
+
+EXAMPLES = {
+    "coll": [
+        "AllReduce: opCount 2a sendbuff 0x7f1c40000000 recvbuff 0x7f1c40000000 count 2097152 "
+        "datatype 7 op 0 root 0 comm 0x55d1c2a0 [nranks=16] stream 0x55d1d000",
+    ],
+    "algorithm": [
+        "8388608 Bytes -> Algo 1 proto 2 time 172.447998",  # 2.20–2.22
+        "AllReduce: 8388608 Bytes -> Algo 1 proto 2 time 172.447998",  # 2.23
+        "AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}",  # 2.24+
+        "AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15} cgaClusterSize 1",
+    ],
+    "algorithm_special": [
+        "AllReduce [Symmetric]: 1048576 Bytes -> Kernel AllReduce_AGxLL_R nchannels 8 nthreads 512 nWorks 1",
+        "AllGather [Copy Engine]: 1048576 Bytes -> cudaMemcpyAsync",
+    ],
+    "best_tuning": ["Best tuning, algorithm, RING, protocol, SIMPLE"],
+    "transport": [
+        "Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read",
+        "Channel 01/0 : 2[2] -> 3[3] via P2P/CUMEM/read",
+        "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
+        "Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+        "Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/1",
+        "Channel 02/1 : 0[0] -> 9[1] [send] via NET/IB/2(1)/GDRDMA/Shared",
+    ],
+    "collnet": ["CollNet 00/0 : 3 [send] via COLLNET/SHARP/0/GDRDMA"],
+    "tuning_row": ["    AllReduce |    10.4/   3.2 |    18.6/  26.7 |    46.2/  62.5 |"],
+    "tuning_algorithms": ["  Algorithm   |                            Tree                  |"],
+    "tuning_protocols": ["  Protocol    |             LL |          LL128 |         Simple |"],
+    "ring_order": ["Channel 00/02 :    0   1   2   3", "Channel 01/02 :  0  1  2  3 ..."],
+    "ring_neighbours": ["Ring 00 : 3 -> 0 -> 1"],
+    "trees": ["Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1"],
+    "init": [
+        "comm 0x55d1c2a0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x9f3c1b2ad4e5f601 - Init START",
+        "ncclCommInitRank comm 0x55d1c2a0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x1 - Init COMPLETE",
+        "ncclCommSplit comm 0x55 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1b000 parent 0x44 color 3 key 1- Init START",
+        "[Rank 3] ncclCommInitRankConfig comm 0x55 rank 3 nranks 4 cudaDev 1 nvmlDev 1 busId 1b000 commId 0x2 - Init START",
+        "ncclCommSplit comm 0x55 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1b000 commId 0x3 parent 0x44 childCount 2 color 3 key 1 - Init COMPLETE",
+    ],
+    "ended": [
+        "comm 0x55d1c2a0 rank 0 nranks 16 cudaDev 0 busId 18000 - Abort COMPLETE",
+        "comm 0x55 rank 0 nRanks 2 cudaDev 0 busId 18000 commId 0x1 - Revoke COMPLETE, result 0",
+    ],
+    "nccl_version": ["NCCL version 2.21.5+cuda12.4", "NCCL version 2.27.3rc1+cuda12.9"],
+    "git_version": ["NCCL git version unknown unknown"],
+    "driver": ["cudaDriverVersion 12040"],
+    "timings": [
+        "Init timings: rank 3 nranks 16 total 4.21 (kernels 0.35, bootstrap 2.91, allgathers 0.05, topo 0.40, graphs 0.02, connections 0.44, rest 0.02)",
+        "Init timings - ncclCommInitRankConfig: rank 3 nranks 16 total 4.21 (kernels 0.35, alloc 0.02, bootstrap 2.91, allgathers 0.05, topo 0.40, graphs 0.02, connections 0.44, rest 0.02)",
+    ],
+    "topology": ["comm 0x55d1c2a0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"],
+    "channels": [
+        "2 coll channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer",
+        "8 coll channels, 8 collnet channels, 0 nvls channels, 8 p2p channels, 2 p2p channels per peer",
+    ],
+    "env": [
+        "NCCL_IB_DISABLE set by environment to 1.",
+        "NCCL_SOCKET_IFNAME set by environment to =eth0",
+        "NCCL_NET_GDR_LEVEL set by environment to PHB",
+    ],
+    "env_set_to": ["NCCL_IB_HCA set to mlx5_0:1,mlx5_1:1"],
+    "bootstrap": ["Bootstrap : Using eth0:10.0.0.1<0>", "Bootstrap: Using ib0:fe80::1%ib0<0>"],
+    "plugin": [
+        "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+        "NET/Plugin : No plugin found, using internal implementation",
+        "TUNER/Plugin: Using internal tuner plugin.",
+    ],
+    "network": ["Using network IB", "Using network AWS Libfabric"],
+    "ib_devices": [
+        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_4:1/RoCE [RO]; OOB ib0:10.1.0.11<0>"
+    ],
+    "ib_no_device": ["NET/IB : No device found."],
+    "socket_interfaces": ["NET/Socket : Using [0]eth0:10.0.0.11<0> [1]eth1:10.0.1.11<0>"],
+    "gdr_hca": ["NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'"],
+    "gdr_pair": [
+        "GPU Direct RDMA Disabled for GPU 18000 / HCA 0 (distance 5 > 4)",
+        "GPU Direct RDMA Enabled for GPU 1 / HCA 0 (distance 3 <= 4), read 1 mode Default",
+    ],
+    "connected_rings": ["Connected all rings", "Connected all rings, use ring PXN 0 GDR 1"],
+    "connected_trees": ["Connected all trees"],
+    "nvls": [
+        "NVLS comm 0x55 headRank 0 nHeads 4 buffSize 1048576 nvlsPerRankSize 201326592 nvlsTotalSize 805306368"
+    ],
+    "backtrace": [
+        "bootstrap.cc:88 -> 3",
+        "init.cc:211 (ncclGetUniqueId) -> 5",
+        "transport/net.cc:1390 (recvProxyProgress) -> 6 [Progress Thread]",
+    ],
+    "connect_retry": [
+        "Call to connect returned Connection refused, retrying",
+        "socketPollConnect: connect returned Connection refused, retrying (3/34) after sleep for 300 msec",
+        "ncclOsSocketPollConnect: connect to 10.0.0.1<41237> returned Connection refused, retrying (3/34) after sleep for 300 msec",
+    ],
+    "hint": [
+        "HINT: In many cases this error indicates that ACS is enabled, which breaks the GPU Direct RDMA protocol."
+    ],
+}
+
+
+def test_every_kind_has_examples():
+    assert {k.name for k in KINDS} == set(EXAMPLES)
+    assert len({k.name for k in KINDS}) == len(KINDS)
+
+
+@pytest.mark.parametrize(
+    ("name", "msg"), [(name, msg) for name, msgs in EXAMPLES.items() for msg in msgs]
+)
+def test_kind_matches(name, msg):
+    found = match_kind(msg)
+    assert found is not None, msg
+    assert found[0].name == name
+
+
+def test_unknown_message():
+    assert match_kind("P2P Chunksize set to 131072") is None
+
+
+def test_names_and_transport_labels():
+    assert canonical("1", ALGORITHMS) == "Ring"
+    assert canonical("NVLS_TREE", ALGORITHMS) == "NVLSTree"
+    assert canonical("SIMPLE", ("LL", "LL128", "Simple")) == "Simple"
+    assert transport_label("NET/IB/2(1)/GDRDMA/Shared") == "NET/IB/2/GDRDMA"
+    assert transport_label("NET/Socket/0") == "NET/Socket/0"
+    assert transport_label("P2P/direct pointer/read") == "P2P/direct pointer"
+    assert transport_label("P2P/CUMEM/read") == "P2P/CUMEM"
+    assert transport_label("SHM/direct/direct") == "SHM"

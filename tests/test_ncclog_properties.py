@@ -1,0 +1,105 @@
+"""Bad input never raises and never hides the good lines around it (hypothesis)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nccldoctor.ncclog.parser import parse_source
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _parse(data: bytes, block: int = 1 << 20, max_line: int = 64 * 1024):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rank.log"
+        path.write_bytes(data)
+        return parse_source(str(path), block=block, max_line=max_line)
+
+
+def _env_line(i: int) -> bytes:
+    return f"node-a:4711:4711 [0] NCCL INFO NCCL_TEST_{i} set by environment to {i}.".encode()
+
+
+garbage = st.one_of(
+    st.binary(max_size=300),
+    st.binary(min_size=1, max_size=50).map(lambda b: b"\xff\xfe" + b + b"\xc3"),  # invalid UTF-8
+    st.just(b"x" * 200_000),  # a huge line
+    st.just(b"node-a:4711:4711 [0] NCCL INFO AllReduce: opCount zz"),  # a broken collective
+    st.just(b"node-a:4711:4711 [0] NCCL WA"),  # a cut line
+    st.just(b"\x00\r\x1b[31m NCCL  NCCL INFO"),
+)
+
+
+@SETTINGS
+@given(st.binary(max_size=4000), st.sampled_from([7, 64, 4096, 1 << 20]))
+def test_random_bytes_never_raise(data, block):
+    result = _parse(data, block=block, max_line=512)
+    assert result.lines >= data.count(b"\n")
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.booleans(), garbage), min_size=1, max_size=12),
+    st.sampled_from([13, 257, 4096, 1 << 20]),
+    st.booleans(),
+)
+def test_good_lines_survive_their_neighbours(plan, block, crlf):
+    lines, expected = [], {}
+    for i, (good_first, junk) in enumerate(plan):
+        junk = junk.replace(b"\n", b" ")
+        good = _env_line(i) + (b"\r" if crlf else b"")
+        lines += [good, junk] if good_first else [junk, good]
+        expected[f"NCCL_TEST_{i}"] = str(i)
+    result = _parse(b"\n".join(lines), block=block)
+    proc = result.processes["node-a:4711"]
+    assert {k: v for k, v in proc.env.items() if k.startswith("NCCL_TEST_")} == expected
+    if any(len(j) > 64 * 1024 for _, j in plan):
+        assert result.truncated_lines >= 1
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["0x11", "0x22", "0x33"]), st.sampled_from(["coll", "call", "other"])
+        ),
+        min_size=1,
+        max_size=400,
+    ),
+    st.sampled_from([97, 1000, 8192, 1 << 20]),
+)
+def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
+    """The count-based path must agree with a line-by-line reading, at any block size."""
+    head = "node-a:4711:4711 [0] NCCL INFO "
+    out = [
+        head
+        + f"comm {c} rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x{c[2:]}9 - Init START"
+        for c in ("0x11", "0x22")
+    ]  # 0x33 is never announced
+    last: dict[str, int] = {}
+    n_coll = 0
+    for i, (comm, kind) in enumerate(ops):
+        if kind == "coll":
+            out.append(
+                head + f"AllReduce: opCount {i:x} sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 "
+                f"op 0 root 0 comm {comm} [nranks=2] stream 0x3"
+            )
+            last[comm] = i
+            n_coll += 1
+        elif kind == "call":
+            out.append(f"node-a:4711:4711 NCCL CALL ncclAllReduce(0x1,0x2,8,7,0,0,{comm},0x3)")
+        else:
+            out.append("training step")
+    result = _parse(("\n".join(out) + "\n").encode(), block=block)
+    assert result.coll_lines == n_coll
+    assert result.lines == len(out)
+    comms = result.processes["node-a:4711"].comms
+    got = {c: comms[c].last_op.op_count for c in last if c in comms and comms[c].last_op}
+    announced = {c: op for c, op in last.items() if c != "0x33"}
+    assert {c: got.get(c) for c in announced} == announced
+    if "0x33" in last:  # met through the tail of the block where it appears, or the source's end
+        assert "0x33" in comms
