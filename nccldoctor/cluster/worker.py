@@ -327,8 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # no rank_dir to write a result into: say it on stderr
         print(f"nccldoctor worker: bad config {args.config}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    preload_torch()
-    code = Worker(config, os.environ).run()
+    worker = Worker(config, os.environ)
+    if worker.setup_error is None:  # a run that will refuse to start needs no torch
+        preload_torch()
+    code = worker.run()
     sys.stdout.flush()
     sys.stderr.flush()
     if code == EXIT_ERROR:  # a broken process group can hang interpreter shutdown
