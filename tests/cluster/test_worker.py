@@ -129,7 +129,7 @@ def test_crash_in_ddp_names_the_phase(tmp_path, store):
     codes = ranks.wait(120)
     assert codes[0] == 3
     result = ranks.result(0)
-    assert result["error"].startswith("ddp: InjectedCrash: ")
+    assert result["error"] == "ddp: RuntimeError: NCCLDOCTOR_FAULT: injected crash in phase ddp"
     assert result["phase_reached"] == "ddp" and result["ok"] is False
     assert ranks.events(0)[-1]["phase"] == "ddp" and ranks.events(0)[-1]["status"] == "fail"
     # The peer loses rank 0 in DDP's allreduce or the checksum: an error, reported, not a hang.
