@@ -252,15 +252,15 @@ def sweep_bandwidth(
     not_run: list[int] = []
     start = clock()
     spent = 0.0  # max over ranks of the time spent so far
-    last: tuple[int, float] | None = None  # (size, combined seconds per iteration)
+    timed: list[tuple[int, float]] = []  # (size, combined seconds per iteration)
     for position, size in enumerate(sizes):
         count = coll.input_count(size, itemsize, n)
         if count == 0:
             not_run.append(size)
             continue
         iters = MAX_ITERS
-        if last is not None:
-            predicted = last[1] * size / last[0]
+        if timed:
+            predicted = predict_seconds(timed, size)
             iters = max(1, min(MAX_ITERS, int(budget_s * SIZE_SHARE / predicted)))
             if spent + predicted * (iters + WARMUP_ITERS) > budget_s:
                 not_run.extend(sizes[position:])
@@ -290,5 +290,19 @@ def sweep_bandwidth(
                 "time_combine": "max",
             }
         )
-        last = (size, seconds)
+        timed.append((size, seconds))
     return Sweep(rows, not_run)
+
+
+def predict_seconds(timed: Sequence[tuple[int, float]], size: int) -> float:
+    """Seconds per iteration at ``size``, from the sizes timed so far (ascending).
+
+    A line through the last two points (latency + bytes/bandwidth, slope clamped at 0) when
+    there are two; proportional to size from a single point (pessimistic, so safe).
+    """
+    last_size, last_s = timed[-1]
+    if len(timed) == 1:
+        return last_s * size / last_size
+    prev_size, prev_s = timed[-2]
+    slope = max(0.0, (last_s - prev_s) / (last_size - prev_size))
+    return last_s + slope * (size - last_size)

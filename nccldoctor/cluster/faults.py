@@ -30,10 +30,6 @@ class FaultSpecError(ValueError):
     """NCCLDOCTOR_FAULT is set but not of the documented form."""
 
 
-class InjectedCrash(RuntimeError):
-    """The error a ``crash`` fault raises inside its phase."""
-
-
 @dataclass(frozen=True)
 class Fault:
     kind: str
@@ -84,7 +80,7 @@ class FaultPlan:
             if fault.kind == "hang":
                 hang_forever()
             if fault.kind == "crash":
-                raise InjectedCrash(f"{ENV_VAR}: injected crash in phase {phase}")
+                raise RuntimeError(f"{ENV_VAR}: injected crash in phase {phase}")
             if fault.kind == "exit":
                 os._exit(EXIT_STATUS)
 

@@ -166,13 +166,13 @@ class Worker:
         return code
 
     def _phases(self) -> None:
-        import torch.distributed as dist
-
         timeouts = self.config.timeouts
         with self.phase("init", timeouts.init):
             if self.setup_error:
                 raise ValueError(self.setup_error)
             comm = self._init_process_group()
+        import torch.distributed as dist
+
         with self.phase("barrier", timeouts.barrier):
             if comm.device.type == "cuda":
                 dist.barrier(device_ids=[comm.device.index])
@@ -304,6 +304,19 @@ class Worker:
             self.problems.append(f"checksum: DDP replicas differ from rank 0 on ranks {differing}")
 
 
+def preload_torch() -> None:
+    """Import what the phases use before the first one starts.
+
+    An import holds the GIL for seconds (torch itself; torch._dynamo, which the optimizer
+    imports lazily on first construction), starving the heartbeat thread; paid here, the
+    phases keep their heartbeats and their deadlines measure the work, not the imports.
+    """
+    import torch._dynamo
+    import torch.distributed
+    import torch.nn.parallel
+    import torch.utils.data  # noqa: F401
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     block_stop_signals()  # first, before torch starts any thread (see workerwatch)
     parser = argparse.ArgumentParser(prog="python -m nccldoctor.cluster.worker")
@@ -314,7 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # no rank_dir to write a result into: say it on stderr
         print(f"nccldoctor worker: bad config {args.config}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    code = Worker(config, os.environ).run()
+    worker = Worker(config, os.environ)
+    if worker.setup_error is None:  # a run that will refuse to start needs no torch
+        preload_torch()
+    code = worker.run()
     sys.stdout.flush()
     sys.stderr.flush()
     if code == EXIT_ERROR:  # a broken process group can hang interpreter shutdown

@@ -71,9 +71,9 @@ def launch(
     timeouts: dict[str, float] | None = None,
     **config: Any,
 ) -> Ranks:
-    """Start n workers with the contract's env, each with its own rank_dir under tmp."""
+    """Start n workers with the contract's env, each with its own rank_dir and config."""
     run_id = f"t{os.getpid()}x{time.monotonic_ns()}"
-    procs, dirs = [], []
+    commands = []
     for rank in range(n):
         rank_dir = tmp / f"rank{rank}"
         rank_dir.mkdir(parents=True)
@@ -82,11 +82,22 @@ def launch(
             backend="gloo",
             rank_dir=str(rank_dir),
             timeouts=WorkerTimeouts(**{"bandwidth_budget": 2.0, **(timeouts or {})}),
-            bandwidth_sizes=config.pop("bandwidth_sizes", SMALL_SIZES),
-            ddp_steps=config.pop("ddp_steps", 3),
-            **config,
+            bandwidth_sizes=config.get("bandwidth_sizes", SMALL_SIZES),
+            ddp_steps=config.get("ddp_steps", 3),
+            **{k: v for k, v in config.items() if k not in ("bandwidth_sizes", "ddp_steps")},
         )
         path = cfg.write(rank_dir / "config.json")
+        commands.append(["-m", "nccldoctor.cluster.worker", "--config", str(path)])
+    return spawn(tmp, store, commands, fault=fault)
+
+
+def spawn(tmp: Path, store: Any, commands: list[list[str]], fault: str | None = None) -> Ranks:
+    """Run ``python <command[rank]>`` for each rank with the contract env; output in rank<r>/."""
+    n = len(commands)
+    procs, dirs = [], []
+    for rank, command in enumerate(commands):
+        rank_dir = tmp / f"rank{rank}"
+        rank_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != "NCCLDOCTOR_FAULT"}
         env.update(
             RANK=str(rank),
@@ -102,16 +113,15 @@ def launch(
         )
         if fault:
             env["NCCLDOCTOR_FAULT"] = fault
-        log = (rank_dir / "worker.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "nccldoctor.cluster.worker", "--config", str(path)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
+        with (rank_dir / "worker.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, *command],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=tmp,
+                )
             )
-        )
-        log.close()
         dirs.append(rank_dir)
     return Ranks(procs, dirs, time.monotonic())
