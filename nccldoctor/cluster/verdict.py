@@ -53,9 +53,13 @@ def _label(phase: str | None) -> str:
     return PHASE_LABELS.get(phase or "startup", phase or "startup")
 
 
-def _first_line(text: str | None) -> str:
+def _first_line(text: str | None, phase: str | None = None, limit: int = 200) -> str:
+    """The error's last non-empty line, without a leading ``<phase>: ``, at most ``limit`` chars."""
     lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    line = lines[-1] if lines else ""
+    if phase and line.startswith(f"{phase}: "):
+        line = line[len(phase) + 2 :]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,9 +106,12 @@ def _sentence(r: dict[str, Any], cause: bool) -> str:
         line = (r["last_nccl_lines"] or [None])[-1]
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
-    error = _first_line(r["error"])
-    if not cause and categorize(error) in ("collective_timeout_hang", "remote_peer_closed"):
+    error = _first_line(r["error"], r["phase_reached"])
+    category = categorize(error)
+    if not cause and category == "collective_timeout_hang":
         return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
+    if not cause and category == "remote_peer_closed":
+        return f"rank {r['rank']} lost its peer in {phase}" + (f" ({error})" if error else "")
     verb = "crashed" if r["state"] == "crashed" else "failed"
     return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
 

@@ -6,6 +6,7 @@ Every name carries a random ``ca`` tag, so parallel helpers and reruns never col
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -75,6 +76,7 @@ class NodeRun:
 class Lab:
     """A bridge and ``n`` hosts 198.18.<subnet>.1.., each in its own namespace."""
 
+    reports: Path = Path("nccldoctor-check")  # each node's --out goes under it
     tag: str = field(default_factory=lambda: f"ca{secrets.token_hex(2)}")
     subnet: int = field(default_factory=lambda: 20 + secrets.randbelow(200))
     hosts: list[Host] = field(default_factory=list)
@@ -143,10 +145,8 @@ class Lab:
     def close(self) -> None:
         for run in self.runs:
             if run.proc.poll() is None:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(run.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 run.proc.communicate()
         for host in self.hosts:
             self.kill_host(host)
