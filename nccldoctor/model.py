@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class Severity(str, enum.Enum):
+class Severity(enum.StrEnum):
     """How bad a finding is; ordered so that ``max()`` gives the worst."""
 
     OK = "ok"

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import check, preflight
+from nccldoctor.cli import check, explain, preflight, watch
+from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
     name="nccldoctor",
@@ -17,7 +18,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("preflight")(preflight.preflight)
+app.command("explain")(explain.explain)
 app.command("check")(check.check)
+app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
+app.command("report")(report_command.report)
 
 
 def _version(value: bool) -> None:

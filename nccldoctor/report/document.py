@@ -13,6 +13,7 @@ from typing import Any
 from nccldoctor import __version__
 from nccldoctor.facts import NodeFacts, from_dict, to_dict
 from nccldoctor.model import AREA_TITLES, AREAS, Finding, Severity, worst
+from nccldoctor.redact import redact_document
 
 SCHEMA_VERSION = 1
 
@@ -29,7 +30,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     created: str = field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
     tool_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -61,7 +62,8 @@ class Report:
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The JSON document with secrets redacted: what every view renders."""
+        document = {
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,
             "kind": self.kind,
@@ -75,6 +77,7 @@ class Report:
             "nodes": [to_dict(n) for n in self.nodes],
             **self.extra,
         }
+        return redact_document(document)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:

@@ -1,0 +1,71 @@
+"""Redaction: secrets never leave the machine in a report (JSON, HTML or JUnit).
+
+Reports get attached to bug tickets, so every string of a serialised report goes through here:
+environment mappings lose the values of secret-looking names, credentials inside URLs are cut
+out, and ``NAME=value`` pairs with a secret-looking name (a command line, a log line, a
+finding's evidence) lose the value. Redacting twice gives the same text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "<redacted>"
+
+# Any name containing one of these words (case-insensitive) holds a secret.
+SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
+
+_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+# scheme://user:pass@host or scheme://token@host: everything between "//" and "@".
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+# NAME=value (or "name": "value") where NAME holds a secret word; the value runs to whitespace,
+# a quote, a comma or a semicolon.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*(?:" + "|".join(SECRET_WORDS) + r")[A-Za-z0-9_.-]*)"
+    r"(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>(?!" + re.escape(REDACTED) + r")[^\s\"',;]+)",
+    re.IGNORECASE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL credentials and secret ``NAME=value`` assignments replaced."""
+    if "@" in text:
+        text = _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
+    if "=" in text or ":" in text:
+        text = _SECRET_ASSIGNMENT.sub(rf"\g<name>\g<sep>{REDACTED}", text)
+    return text
+
+
+def redact_env(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an environment mapping with secret values replaced by ``<redacted>``.
+
+    A string under a secret-looking name is replaced whole; everything else is redacted as text.
+    """
+    return {
+        name: REDACTED
+        if isinstance(value, str) and is_secret_name(str(name))
+        else redact_value(value)
+        for name, value in mapping.items()
+    }
+
+
+def redact_value(value: Any) -> Any:
+    """Redact every string inside ``value``; every mapping is treated as an environment."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return redact_env(value)
+    if isinstance(value, list):
+        return [redact_value(item) for item in value]
+    return value
+
+
+def redact_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The report document with every secret removed (what ``Report.to_dict`` returns)."""
+    return redact_value(document)

@@ -1,0 +1,64 @@
+"""Reading report documents back: any version this tool knows, bad input as a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.report.document import SCHEMA_VERSION, Report
+
+
+class ReportError(ValueError):
+    """A file that is not a report this nccldoctor can read; the message says why."""
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The JSON document in ``path``, checked to be a report of a schema version we read."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: not a JSON report: {exc}") from exc
+    if not isinstance(document, dict) or "kind" not in document:
+        raise ReportError(f"{path}: not a nccldoctor report (no 'kind' key)")
+    return upgrade(document, source=str(path))
+
+
+def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
+    """``document`` in the current schema.
+
+    Schema history (docs/report.md): version 1 is the first. A document without
+    ``schema_version`` predates the key and is read as version 1. When a key changes meaning,
+    SCHEMA_VERSION goes up and a step from the old version is added here, so old reports load.
+    """
+    version = document.get("schema_version", 1)
+    if not isinstance(version, int) or version < 1:
+        raise ReportError(f"{source}: schema_version {version!r} is not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise ReportError(
+            f"{source}: written with report schema {version} by a newer nccldoctor; "
+            f"this one reads up to {SCHEMA_VERSION}: upgrade nccldoctor"
+        )
+    return {**document, "schema_version": SCHEMA_VERSION}
+
+
+def report_from_document(document: dict[str, Any], source: str = "report") -> Report:
+    """The Report of a document; explain's top-level ``nodes`` (a count or names) stays as is."""
+    nodes = document.get("nodes", [])
+    facts_listed = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
+    core = document if facts_listed else {k: v for k, v in document.items() if k != "nodes"}
+    try:
+        report = Report.from_dict(core)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ReportError(f"{source}: malformed report: {type(exc).__name__}: {exc}") from exc
+    if not facts_listed:
+        report.extra["nodes"] = nodes  # to_dict puts extra keys last, so this wins again
+    return report
+
+
+def load_document_report(path: str | Path) -> Report:
+    """Read, upgrade and rebuild the Report in ``path`` (raises ReportError on bad input)."""
+    return report_from_document(read_document(path), source=str(path))

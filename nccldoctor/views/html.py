@@ -1,0 +1,110 @@
+"""The HTML view: one self-contained page (inline CSS, SVG and a little JS; no network).
+
+Rendered with jinja2 (autoescape on) from the templates in the top-level ``templates/`` folder,
+which the wheel ships as ``nccldoctor/templates``. A Content-Security-Policy in the page allows
+no request at all and only the page's own script and style (by hash), so even an escaping bug
+could not load or run anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import nccldoctor
+from nccldoctor.report import Report
+from nccldoctor.report.answer import BANNERS, answer, banner, nccl_summary
+from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.views import charts, sections
+
+PAGE_TEMPLATE = "report.html.j2"
+
+
+def templates_dir() -> Path:
+    """``nccldoctor/templates`` in an installed wheel, ``templates/`` in a source checkout."""
+    package = Path(nccldoctor.__file__).resolve().parent
+    for candidate in (package / "templates", package.parent / "templates"):
+        if (candidate / PAGE_TEMPLATE).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{PAGE_TEMPLATE} is neither in {package / 'templates'} nor in {package.parent / 'templates'}"
+    )
+
+
+@cache
+def _environment(directory: Path) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(directory),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        bytes=format_bytes, gbps=format_gbps, short_transport=sections.short_transport
+    )
+    return env
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render_html(report: Report) -> str:
+    """The report as one HTML page."""
+    return render_document_html(report.to_dict())
+
+
+def render_document_html(document: dict[str, Any]) -> str:
+    """The page for a report document (the redacted JSON of ``Report.to_dict``)."""
+    directory = templates_dir()
+    env = _environment(directory)
+    style = env.get_template("report.css").render()
+    script = env.get_template("report.js").render()
+    return env.get_template(PAGE_TEMPLATE).render(
+        doc=document,
+        style=style,
+        script=script,
+        csp=f"default-src 'none'; style-src {_csp_hash(style)}; script-src {_csp_hash(script)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'",
+        **page_context(document),
+    )
+
+
+def page_context(document: dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows, arranged from the document by the section helpers."""
+    key = banner(document)
+    summary = nccl_summary(document)
+    bandwidth = sections.section(document, "bandwidth")
+    phases = sections.items(document.get("phases"))
+    return {
+        "banner_key": key,
+        "banner_title": BANNERS[key],
+        "answer": answer(document),
+        "areas": sections.area_lines(document),
+        "cluster_rows": sections.cluster_rows(document),
+        "cluster_columns": sections.CLUSTER_COLUMNS,
+        "finding_groups": sections.finding_groups(document),
+        "summary": summary,
+        "matrix": sections.transport_matrix(summary),
+        "rings": sections.ring_lines(summary),
+        "trees": sections.tree_lines(summary),
+        "bandwidth": bandwidth,
+        "bandwidth_rows": sections.items(bandwidth.get("rows")),
+        "chart": charts.bandwidth_chart(
+            sections.items(bandwidth.get("rows")), bandwidth.get("tcp_wire_gbps") or {}
+        ),
+        "timeline": charts.timeline(phases, sections.section(document, "hang") or None),
+        "phases": phases,
+        "hang": sections.section(document, "hang"),
+        "mnist": sections.section(document, "mnist"),
+        "rank_logs": sections.rank_logs(document),
+        "environments": sections.environments(document),
+        "reproduce": shlex.join(str(a) for a in document.get("command") or []),
+    }

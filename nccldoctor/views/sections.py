@@ -1,0 +1,242 @@
+"""The report document arranged for the HTML page: tables, groups and matrices, nothing measured.
+
+Every function takes the JSON document (already redacted by ``Report.to_dict``) and tolerates
+sections that are missing, null or shaped differently: a view never crashes on a report.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from nccldoctor.model import AREA_TITLES
+from nccldoctor.report.logs import line_kind
+
+SEVERITY_ORDER = ("fail", "warn", "info", "ok")
+SEVERITY_TITLES = {"fail": "Problems", "warn": "Warnings", "info": "Information", "ok": "Passed"}
+CLUSTER_COLUMNS = ("gpus", "driver", "cuda", "torch", "nccl")
+MATRIX_MAX_RANKS = 128  # beyond this a rank-by-rank matrix is unreadable; the lists remain
+TRANSPORT_CLASSES = {"NET/IB": "ib", "NET/Socket": "socket", "P2P": "p2p", "SHM": "shm"}
+
+
+def items(value: Any) -> list[dict[str, Any]]:
+    """The dict entries of a list section (anything else: none)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def section(document: dict[str, Any], key: str) -> dict[str, Any]:
+    value = document.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass
+class ClusterRow:
+    name: str
+    node_rank: Any = None
+    address: str = ""
+    nat: bool = False  # the master saw another address than the node advertised
+    ranks: str = ""
+    missing: bool = False
+    cells: dict[str, str] = field(default_factory=dict)
+    mismatched: set[str] = field(default_factory=set)
+
+
+def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
+    """One row per node (the run's list first, then nodes known only from facts)."""
+    facts = {n.get("node", ""): n for n in items(document.get("nodes"))}
+    cluster = section(document, "cluster")
+    rows: dict[str, ClusterRow] = {}
+    for entry in items(cluster.get("nodes")):
+        name = str(entry.get("name", ""))
+        advertised, seen = entry.get("advertised_address"), entry.get("seen_address")
+        nat = bool(advertised and seen and advertised != seen)
+        rows[name] = ClusterRow(
+            name=name,
+            node_rank=entry.get("node_rank"),
+            address=f"{advertised} (seen as {seen})" if nat else str(entry.get("address") or ""),
+            nat=nat,
+            ranks=", ".join(str(r) for r in entry.get("ranks") or []),
+        )
+    for name in facts:
+        rows.setdefault(name, ClusterRow(name=name))
+    for name in cluster.get("missing_nodes") or []:
+        rows.setdefault(str(name), ClusterRow(name=str(name))).missing = True
+    for row in rows.values():
+        row.cells = _node_cells(facts.get(row.name, {}))
+    for column in CLUSTER_COLUMNS:
+        values = {row.cells[column] for row in rows.values() if row.cells.get(column)}
+        if len(values) > 1:
+            for row in rows.values():
+                if row.cells.get(column):
+                    row.mismatched.add(column)
+    return list(rows.values())
+
+
+def _node_cells(facts: dict[str, Any]) -> dict[str, str]:
+    gpu, software = facts.get("gpu") or {}, facts.get("software") or {}
+    devices = items(gpu.get("devices"))
+    names = sorted({str(d.get("name", "")) for d in devices if d.get("name")})
+    libraries = [lib.get("version") for lib in items(software.get("nccl_libraries"))]
+    return {
+        "gpus": f"{len(devices)} × {', '.join(names)}" if names else ("0" if gpu else ""),
+        "driver": str(gpu.get("driver_version") or ""),
+        "cuda": str(software.get("cuda_runtime") or software.get("torch_cuda") or ""),
+        "torch": str(software.get("torch_version") or ""),
+        "nccl": str(software.get("torch_nccl") or next((v for v in libraries if v), "")),
+    }
+
+
+def finding_groups(document: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(severity, heading, findings) for each severity present, worst first."""
+    findings = [_finding(f) for f in items(document.get("findings"))]
+    groups = []
+    for severity in SEVERITY_ORDER:
+        found = [f for f in findings if f.get("severity") == severity]
+        if found:
+            groups.append((severity, SEVERITY_TITLES[severity], found))
+    return groups
+
+
+def _finding(finding: dict[str, Any]) -> dict[str, Any]:
+    """A finding with every key the page shows; links as (url, clickable: http(s) only)."""
+    evidence = finding.get("evidence")
+    links = finding.get("links") if isinstance(finding.get("links"), list) else []
+    return {
+        "id": str(finding.get("id", "")),
+        "category": str(finding.get("category", "")),
+        "area": str(finding.get("area", "")),
+        "severity": finding.get("severity"),
+        "title": str(finding.get("title", "")),
+        "evidence": [str(e) for e in evidence]
+        if isinstance(evidence, list)
+        else [str(evidence or "")],
+        "fix": str(finding.get("fix") or ""),
+        "links": [(str(u), str(u).startswith(("https://", "http://"))) for u in links],
+        "node": finding.get("node"),
+        "rank": finding.get("rank"),
+    }
+
+
+def area_lines(document: dict[str, Any]) -> list[tuple[str, str]]:
+    status = section(document, "area_status")
+    return [(AREA_TITLES.get(area, area), str(line)) for area, line in status.items()]
+
+
+def short_transport(label: str) -> str:
+    """The matrix cell text of a transport label: IB, Sock, P2P, SHM."""
+    return {"NET/IB": "IB", "NET/Socket": "Sock"}.get(label, label)
+
+
+def transport_label(transport: str) -> str:
+    """ "NET/IB/0/GDRDMA" → "NET/IB", "P2P/CUMEM/read" → "P2P", "SHM/direct/direct" → "SHM"."""
+    parts = transport.split("/")
+    return "/".join(parts[:2]) if parts[0] == "NET" and len(parts) > 1 else parts[0]
+
+
+@dataclass
+class TransportMatrix:
+    ranks: list[int]
+    cells: dict[tuple[int, int], list[str]]  # (rank, peer) -> transport labels
+    gdr: set[tuple[int, int]]  # pairs whose NET connection uses GPUDirect RDMA
+
+    def css(self, labels: list[str]) -> str:
+        return " ".join(sorted({TRANSPORT_CLASSES.get(label, "other") for label in labels}))
+
+
+def transport_matrix(summary: dict[str, Any]) -> TransportMatrix | None:
+    """Who talks to whom over what, from the per-peer connection lines (send side or receive)."""
+    cells: dict[tuple[int, int], set[str]] = defaultdict(set)
+    gdr = set()
+    for conn in items(summary.get("connections")):
+        rank, peer, transport = conn.get("rank"), conn.get("peer"), conn.get("transport")
+        if not (isinstance(rank, int) and isinstance(peer, int) and isinstance(transport, str)):
+            continue
+        pair = (rank, peer) if conn.get("direction") != "receive" else (peer, rank)
+        cells[pair].add(transport_label(transport))
+        if "GDRDMA" in transport:
+            gdr.add(pair)
+    ranks = sorted({r for pair in cells for r in pair})
+    if not ranks or len(ranks) > MATRIX_MAX_RANKS:
+        return None
+    return TransportMatrix(ranks, {k: sorted(v) for k, v in cells.items()}, gdr)
+
+
+def ring_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for ring in items(summary.get("rings")):
+        ranks = [str(r) for r in ring.get("ranks") or []]
+        if ranks:
+            lines.append(f"Channel {ring.get('channel', '?')}: {' → '.join([*ranks, ranks[0]])}")
+    return lines
+
+
+def tree_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for tree in items(summary.get("trees")):
+        children = ", ".join(str(c) for c in tree.get("children") or []) or "none"
+        parent = tree.get("parent")
+        lines.append(
+            f"Channel {tree.get('channel', '?')}: [{children}] → {tree.get('rank')} → "
+            f"{parent if parent is not None else 'root'}"
+        )
+    return lines
+
+
+@dataclass
+class RankLog:
+    rank: Any
+    node: str
+    summary: str
+    warnings: list[str]
+    lines: list[tuple[str, str]]  # (kind, line); kind "warn" | "key" | ""
+    stacks: str
+    flight_recorder: str
+    log_path: str
+    open: bool  # shown expanded: it warned or is stuck
+
+
+def rank_logs(document: dict[str, Any]) -> list[RankLog]:
+    stuck = {s.get("rank") for s in items(section(document, "hang").get("stuck"))}
+    logs = []
+    for entry in sorted(items(document.get("ranks")), key=lambda e: str(e.get("rank")).zfill(6)):
+        raw = [str(line) for line in entry.get("last_nccl_lines") or []]
+        lines = [(line_kind(line), line) for line in raw]
+        warnings = [line for kind, line in lines if kind == "warn"]
+        summary = ", ".join(
+            part
+            for part in (
+                f"reached {entry['phase_reached']}" if entry.get("phase_reached") else "",
+                f"exit code {entry['exit_code']}" if entry.get("exit_code") is not None else "",
+                f"{len(raw)} lines kept",
+                f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}" if warnings else "",
+                "stuck" if entry.get("rank") in stuck else "",
+            )
+            if part
+        )
+        logs.append(
+            RankLog(
+                rank=entry.get("rank"),
+                node=str(entry.get("node", "")),
+                summary=summary,
+                warnings=warnings,
+                lines=lines,
+                stacks=str(entry.get("stacks") or ""),
+                flight_recorder=str(entry.get("flight_recorder") or ""),
+                log_path=str(entry.get("log_path") or ""),
+                open=bool(warnings) or entry.get("rank") in stuck,
+            )
+        )
+    return logs
+
+
+def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(node, sorted (name, value)) of each node's relevant variables, as redacted in the JSON."""
+    out = []
+    for node in items(document.get("nodes")):
+        variables = (node.get("env") or {}).get("variables") or {}
+        if isinstance(variables, dict) and variables:
+            out.append(
+                (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))
+            )
+    return out
