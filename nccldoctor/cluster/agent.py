@@ -22,7 +22,12 @@ from typing import Any
 
 from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, verdict, watchdog
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
+from nccldoctor.cluster.findings import (
+    gpu_findings_on_gloo,
+    hello_findings,
+    interface_findings,
+    reach_findings,
+)
 from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.facts import NodeFacts, to_dict
 from nccldoctor.model import Finding, Severity
@@ -176,6 +181,8 @@ class NodeAgent:
         with self.phase("preflight"):
             pf = run_preflight(master=self.config.master, env=self.env, command=self.command)
             self.run.facts = pf.nodes[0]
+            for finding in pf.findings:  # the node's name in this run, not its hostname
+                finding.node = self.run.node if finding.node == pf.nodes[0].node else finding.node
             self.run.facts.node = self.run.node
             self.run.findings.extend(pf.findings)
             self.run.area_status.update(pf.area_status)
@@ -422,6 +429,8 @@ class NodeAgent:
     def node_report(self) -> Report:
         run = self.run
         findings = list(run.findings)
+        if run.world and run.world.backend == "gloo":
+            findings = gpu_findings_on_gloo(findings, forced=self.config.backend == "gloo")
         findings += verdict.worker_findings(run.ranks, run.worker_results)
         if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
             findings.append(
