@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, verdict, watchdog
+from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, watchdog
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import (
-    gpu_findings_on_gloo,
-    hello_findings,
-    interface_findings,
-    reach_findings,
-)
+from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
+from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
-from nccldoctor.facts import NodeFacts, to_dict
+from nccldoctor.facts import to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
 from nccldoctor.report import Report, write_report
@@ -43,30 +38,6 @@ class Interrupted(Exception):
 
 class PhaseFailed(Exception):
     """A phase ended the run; its findings say why."""
-
-
-@dataclass
-class NodeRun:
-    """Everything this node observed, turned into its report at the end."""
-
-    node: str
-    facts: NodeFacts | None = None
-    findings: list[Finding] = field(default_factory=list)
-    area_status: dict[str, str] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    is_master: bool = False
-    run_id: str = ""
-    reach: dict[str, Any] | None = None
-    hello: dict[str, Any] | None = None
-    world: rendezvous.World | None = None
-    node_rank: int | None = None
-    bootstrap: dict[str, Any] | None = None
-    tcp_gbps: float | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    rank_phases: list[dict[str, Any]] = field(default_factory=list)
-    worker_results: dict[int, dict] = field(default_factory=dict)
-    workers_started: bool = False
-    aborted: str | None = None
 
 
 class NodeAgent:
@@ -427,61 +398,8 @@ class NodeAgent:
         return cluster, cluster_path
 
     def node_report(self) -> Report:
-        run = self.run
-        findings = list(run.findings)
-        if run.world and run.world.backend == "gloo":
-            findings = gpu_findings_on_gloo(findings, forced=self.config.backend == "gloo")
-        findings += verdict.worker_findings(run.ranks, run.worker_results)
-        if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
-            findings.append(
-                Finding(
-                    "run.incomplete",
-                    "other",
-                    Severity.FAIL,
-                    f"the run stopped: {run.aborted}",
-                    [],
-                    "See the phases of this report.",
-                    area="run",
-                    node=run.node,
-                )
-            )
-        world = run.world
-        status = dict(run.area_status)
-        status["run"] = _run_status(run)
-        bandwidth = results.bandwidth_section(
-            run.worker_results, world.backend if world else "", world.world_size if world else 0
-        )
-        if run.tcp_gbps is not None:
-            bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
-        return Report(
-            kind="check",
-            nodes=[run.facts] if run.facts else [],
-            findings=findings,
-            command=self.command,
-            completed=run.workers_started and not run.aborted,
-            area_status=status,
-            extra={
-                "phases": run.phases + run.rank_phases,
-                "bandwidth": bandwidth,
-                "ranks": run.ranks,
-                "hang": verdict.hang_section(run.ranks),
-                "mnist": results.mnist_section(run.worker_results),
-                "cluster": merge.cluster_section(self.config.master, world, {}),
-                "timeouts": self.config.timeouts.to_dict(),
-                "run": {
-                    "run_id": run.run_id,
-                    "node": run.node,
-                    "node_rank": run.node_rank,
-                    "master": run.is_master,
-                    "launcher": self.config.launcher,
-                    "aborted": run.aborted,
-                    "reach": run.reach,
-                    "hello": run.hello,
-                    "bootstrap": run.bootstrap,
-                    "elapsed_s": round(time.monotonic() - self.started, 3),
-                },
-            },
-        )
+        elapsed = time.monotonic() - self.started
+        return build_node_report(self.run, self.config, self.command, elapsed)
 
     def _cluster_report(self, own: Report, own_path: Path) -> Report:
         run, t = self.run, self.config.timeouts
@@ -509,29 +427,6 @@ class NodeAgent:
             entries=self.entries,
             command=self.command,
         )
-
-
-# NCCL bootstrap.cc: "Bootstrap : Using%s" (<=2.23) / "Bootstrap: Using%s" (2.24+), where %s is
-# " <ifname>:<addr><port>" from ncclSocketToString (shared/reference/nccl-logs.md §4).
-_BOOTSTRAP_USING = re.compile(r"Bootstrap ?: Using\s+([^:\s]+):(\S+?)<\d+>")
-
-
-def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
-    """(interface, address) of NCCL's "Bootstrap: Using" line, if it printed one."""
-    for line in lines:
-        match = _BOOTSTRAP_USING.search(line)
-        if match:
-            return match.group(1), match.group(2)
-    return None
-
-
-def _run_status(run: NodeRun) -> str:
-    if run.aborted:
-        return f"stopped: {run.aborted}"
-    if not run.ranks:
-        return "no workers ran"
-    ok = sum(r["state"] == "ok" for r in run.ranks)
-    return f"{ok}/{len(run.ranks)} local ranks ok"
 
 
 def run_check(
