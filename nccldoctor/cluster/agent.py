@@ -9,6 +9,7 @@ SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and write
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import signal
@@ -27,6 +28,7 @@ from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_inter
 from nccldoctor.facts import to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
+from nccldoctor.probes.libnccl import bootstrap_probe
 from nccldoctor.report import Report, write_report
 
 Progress = Callable[[str], None]
@@ -59,6 +61,8 @@ class NodeAgent:
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
         self._hello_found: list[Finding] = []
+        self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
+        self._bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
         self._stopping = False
         self.started = time.monotonic()
 
@@ -66,6 +70,7 @@ class NodeAgent:
     def execute(self) -> tuple[Report, Path]:
         """Run every phase; the report to show (the cluster's on the master) and its path."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._background.submit(_import_torch_distributed)  # seconds of import, during preflight
         try:
             self._phases()
         except Interrupted as exc:
@@ -93,6 +98,7 @@ class NodeAgent:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._background.shutdown(wait=False, cancel_futures=True)
             if self.gate:
                 self.gate.close()
 
@@ -156,6 +162,14 @@ class NodeAgent:
                 finding.node = self.run.node if finding.node == pf.nodes[0].node else finding.node
             self.run.facts.node = self.run.node
             self.run.findings.extend(pf.findings)
+            libraries = [
+                lib.path for lib in self.run.facts.software.nccl_libraries if not lib.error
+            ]
+            if libraries:
+                future = self._background.submit(
+                    bootstrap_probe, libraries[0], self.env, self.config.timeouts.bootstrap
+                )
+                self._bootstrap_probe = (libraries[0], future)
             self.run.area_status.update(pf.area_status)
 
     def _reach(self) -> None:
@@ -282,23 +296,20 @@ class NodeAgent:
                 )
 
     def _bootstrap(self) -> None:
-        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed), compared with
-        the kernel's route to the master and the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
+        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed; started right
+        after preflight, in the background), compared with the kernel's route to the master and
+        the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
         run = self.run
         with self.phase("bootstrap") as row:
             pick = run.facts.network.nccl_default_pick if run.facts else None
-            libraries = [lib.path for lib in run.facts.software.nccl_libraries if not lib.error]
-            try:
-                from nccldoctor.probes.libnccl import bootstrap_probe
-            except ImportError:
-                bootstrap_probe = None
-            if bootstrap_probe is None or not libraries:
-                row["status"], row["detail"] = "skipped", "libnccl or its bootstrap probe missing"
+            if self._bootstrap_probe is None:
+                row["status"], row["detail"] = "skipped", "no loadable libnccl"
             else:
-                probe = bootstrap_probe(libraries[0], self.env, self.config.timeouts.bootstrap)
+                library, future = self._bootstrap_probe
+                probe = future.result(timeout=self.config.timeouts.bootstrap + 5)
                 used = bootstrap_interface(probe.output_lines)
                 run.bootstrap = {
-                    "library": libraries[0],
+                    "library": library,
                     "rc": probe.rc,
                     "error": probe.error,
                     "interface": used,
@@ -306,10 +317,9 @@ class NodeAgent:
                 }
                 pick = used[0] if used else pick
                 row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+            route = (run.reach or {}).get("interface")
             run.findings.extend(
-                interface_findings(
-                    run.node, (run.reach or {}).get("interface"), local_interfaces(), self.env, pick
-                )
+                interface_findings(run.node, route, local_interfaces(), self.env, pick)
             )
 
     def _tcp(self) -> None:
@@ -427,6 +437,10 @@ class NodeAgent:
             entries=self.entries,
             command=self.command,
         )
+
+
+def _import_torch_distributed() -> None:
+    import torch.distributed  # noqa: F401
 
 
 def run_check(

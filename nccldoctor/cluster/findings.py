@@ -169,7 +169,8 @@ def interface_findings(
                     node=node,
                 )
             )
-    elif nccl_pick and route_interface and nccl_pick != route_interface:
+    elif nccl_pick and route_interface not in (None, "lo") and nccl_pick != route_interface:
+        # (a master on loopback means one host: every local address reaches it)
         findings.append(
             Finding(
                 "run.nccl-picks-wrong-interface",

@@ -57,6 +57,7 @@ def test_interface_findings_name_the_working_interface():
     picked = interface_findings("b", "eth0", IFACES, {}, "br-1a")
     assert picked[0].id == "run.nccl-picks-wrong-interface" and "br-1a" in picked[0].title
     assert interface_findings("b", "eth0", IFACES, {}, "eth0") == []
+    assert interface_findings("b", "lo", IFACES, {}, "eth0") == []  # one host: all reach it
 
 
 def test_rendezvous_findings_name_refused_and_blocked_nodes():
