@@ -94,6 +94,11 @@ class NodeAgent:
         self._stopping = True
         try:
             watchdog.stop(self.launched)
+            if self.launched and not self.run.ranks:  # interrupted while watching the workers
+                watch = watchdog.observe(self.launched, self.run.node, str(self.run.aborted))
+                self.run.ranks, self.run.rank_phases, self.run.worker_results = (
+                    results.worker_sections(watch)
+                )
             return self._finish()
         finally:
             for sig, handler in previous.items():
