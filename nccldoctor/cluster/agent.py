@@ -166,6 +166,7 @@ class NodeAgent:
             for finding in pf.findings:  # the node's name in this run, not its hostname
                 finding.node = self.run.node if finding.node == pf.nodes[0].node else finding.node
             self.run.facts.node = self.run.node
+            self.run.cuda = self._cuda()
             self.run.findings.extend(pf.findings)
             libraries = [
                 lib.path for lib in self.run.facts.software.nccl_libraries if not lib.error
@@ -258,7 +259,7 @@ class NodeAgent:
                 advertised=(run.hello or {}).get("advertised") or c.master,
                 seen=(run.hello or {}).get("seen") or c.master,
                 procs=self._procs(),
-                cuda=self._cuda(),
+                cuda=run.cuda,
                 requested_rank=0 if run.is_master else c.node_rank,
                 skew_s=(run.hello or {}).get("skew_s", 0.0),
                 facts=to_dict(run.facts),

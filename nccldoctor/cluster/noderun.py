@@ -35,6 +35,7 @@ class NodeRun:
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
     worker_results: dict[int, dict] = field(default_factory=dict)
     workers_started: bool = False
+    cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
     aborted: str | None = None
 
 
@@ -43,7 +44,8 @@ def build_node_report(
 ) -> Report:
     """This node's report (kind "check"): the preflight document plus the run's sections."""
     findings = list(run.findings)
-    if run.world and run.world.backend == "gloo":
+    backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
+    if backend == "gloo":
         findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
     findings += verdict.worker_findings(run.ranks, run.worker_results)
     nccl, nccl_findings = nccl_section(run.ranks)

@@ -209,8 +209,8 @@ def test_worker_fault_in_allreduce(lab, kind):
 
 def test_wrong_token(lab):
     lab = lab(2)
-    runs = start_all(lab, 2, env_for={"node0": {"NCCLDOCTOR_TOKEN": "right"},
-                                      "node1": {"NCCLDOCTOR_TOKEN": "wrong"}})  # fmt: skip
+    runs = start_all(lab, 2, env_for={"node0": {"NCCLDOCTOR_TOKEN": "tok-A7f3q"},
+                                      "node1": {"NCCLDOCTOR_TOKEN": "tok-B9k2z"}})  # fmt: skip
     lab.wait(runs, 2 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
     assert_reports(runs)
@@ -221,7 +221,7 @@ def test_wrong_token(lab):
     assert refused and refused[0]["node"] == "node1"
     for run in runs:
         text = (run.out / f"check-{run.host.name}.json").read_text()
-        assert "right" not in text and "wrong" not in text.replace("wrong or missing", "")
+        assert "tok-A7f3q" not in text and "tok-B9k2z" not in text
 
 
 def test_unresolvable_master(lab):

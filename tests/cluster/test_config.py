@@ -120,3 +120,10 @@ def test_timeouts_order_of_strength():
 def test_worker_timeouts_are_the_contracts_keys():
     assert set(Timeouts().worker_timeouts()) == {"init", "barrier", "collective",
                                                  "bandwidth_budget", "ddp", "destroy"}  # fmt: skip
+
+
+def test_the_token_never_reaches_the_reports_command_line():
+    from nccldoctor.cli.check import redact_token
+
+    assert redact_token(["nccldoctor", "check", "--token", "s", "--token=t", "--nodes", "2"]) == [
+        "nccldoctor", "check", "--token", "***", "--token=***", "--nodes", "2"]  # fmt: skip
