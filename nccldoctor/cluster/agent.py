@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import signal
 import time
 import uuid
@@ -20,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, watchdog
+from nccldoctor.cluster import gate, gather, launcher, rendezvous, results, watchdog
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
 from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
@@ -398,51 +397,25 @@ class NodeAgent:
         return bool(gpu and gpu.devices and gpu.torch.cuda_build is not None)
 
     def _finish(self) -> tuple[Report, Path]:
-        report = self.node_report()
+        report = build_node_report(
+            self.run, self.config, self.command, time.monotonic() - self.started
+        )
         path = write_report(report, self.config.out / f"check-{self.run.node}.json")
         self.progress(f"node report: {path}")
+        store = self.store if self.keys and self.run.node_rank is not None else None
         if not self.run.is_master:
-            if self.store is not None and self.run.node_rank is not None and self.keys:
-                with contextlib.suppress(Exception):
-                    doc = report.to_dict()
-                    doc["report_path"] = str(path)
-                    self.store.set(self.keys.result(self.run.node_rank), json.dumps(doc))
+            if store is not None:
+                gather.publish(store, self.keys, self.run.node_rank, report, path)
             return report, path
-        cluster = self._cluster_report(report, path)
+        interrupted = bool(self.run.aborted and self.run.aborted.startswith("interrupted"))
+        cluster = gather.cluster_report(
+            report, path, self.run, self.config, store, self.keys,
+            0.0 if interrupted else self.config.timeouts.exit_barrier,
+            self.gate, self.entries, self.command, self.progress,
+        )  # fmt: skip
         cluster_path = write_report(cluster, self.config.out / "check-cluster.json")
         self.progress(f"cluster report: {cluster_path}")
         return cluster, cluster_path
-
-    def node_report(self) -> Report:
-        elapsed = time.monotonic() - self.started
-        return build_node_report(self.run, self.config, self.command, elapsed)
-
-    def _cluster_report(self, own: Report, own_path: Path) -> Report:
-        run, t = self.run, self.config.timeouts
-        others: dict[int, dict] = {}
-        last_phase: dict[int, str] = {}
-        world = run.world
-        if world and self.store is not None and self.keys:
-            ranks = [n.node_rank for n in world.nodes if n.node_rank != run.node_rank]
-            deadline = time.monotonic() + (
-                0 if run.aborted and run.aborted.startswith("interrupted") else t.exit_barrier
-            )
-            self.progress(f"gather: waiting up to {t.exit_barrier:.0f} s for {len(ranks)} node(s)")
-            others, last_phase = rendezvous.gather_results(self.store, self.keys, ranks, deadline)
-        own_doc = own.to_dict()
-        own_doc["report_path"] = str(own_path)
-        return merge.merge(
-            master=self.config.master,
-            world=world,
-            own=own_doc,
-            others=others,
-            lost=last_phase,
-            hellos=self.gate.snapshot() if self.gate else [],
-            tcp_gbps=self.gate.tcp_gbps if self.gate else {},
-            port=self.config.port,
-            entries=self.entries,
-            command=self.command,
-        )
 
 
 def _import_torch_distributed() -> None:
