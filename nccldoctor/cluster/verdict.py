@@ -62,6 +62,16 @@ def _first_line(text: str | None, phase: str | None = None, limit: int = 200) ->
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def main_thread_frame(stacks: str | None) -> str | None:
+    """The innermost frame of the main thread in a faulthandler dump (the thread whose outermost
+    frame is the module's), e.g. 'File ".../faults.py", line 98 in hang_forever'."""
+    for block in (stacks or "").split("\n\n"):
+        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
+        if frames and ("<module>" in frames[-1] or "_run_module_as_main" in frames[-1]):
+            return frames[0]
+    return None
+
+
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ranks that did not end well, cause first (stuck, then by failure time)."""
     bad = [r for r in ranks if r["state"] != "ok"]
@@ -128,6 +138,8 @@ def rank_findings(ranks: list[dict[str, Any]]) -> list[Finding]:
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
+        frame = main_thread_frame(r.get("stacks"))
+        evidence += [f"main thread stopped at: {frame}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
         evidence.append(f"log: {r['log_path']}")
         findings.append(

@@ -200,6 +200,7 @@ def test_worker_fault_in_allreduce(lab, kind):
         )
         assert first["category"] == "collective_timeout_hang"
         assert "hang_forever" in (rank1["stacks"] or "")
+        assert any("main thread stopped at" in e and "hang_forever" in e for e in first["evidence"])
     else:
         assert hang["stuck"] == []
         assert hang["verdict"].startswith("rank 1 on node node1 failed in allreduce_correctness")

@@ -112,3 +112,19 @@ def test_categorize_error_text():
     assert categorize("Connection reset by peer") == "remote_peer_closed"
     assert categorize("Timed out waiting 20000ms for recv") == "collective_timeout_hang"
     assert categorize("ValueError: x") == "other"
+
+
+def test_main_thread_frame_of_a_faulthandler_dump():
+    from nccldoctor.cluster.verdict import main_thread_frame
+
+    dump = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/x/workerwatch.py", line 75 in dump\n'
+        '  File "/py/threading.py", line 1002 in _bootstrap\n\n'
+        "Thread 0x2 (most recent call first):\n"
+        '  File "/x/faults.py", line 98 in hang_forever\n'
+        '  File "/x/worker.py", line 326 in <module>\n'
+        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+    )
+    assert main_thread_frame(dump) == 'File "/x/faults.py", line 98 in hang_forever'
+    assert main_thread_frame(None) is None and main_thread_frame("garbage") is None
