@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import check, explain, preflight, watch
+from nccldoctor.cli import check, demo, explain, preflight, watch
 from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
@@ -20,6 +20,7 @@ app = typer.Typer(
 app.command("preflight")(preflight.preflight)
 app.command("explain")(explain.explain)
 app.command("check")(check.check)
+app.command("demo")(demo.demo)
 app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
 app.command("report")(report_command.report)
 

@@ -9,24 +9,25 @@ SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and write
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
-import json
-import re
 import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, verdict, watchdog
+from nccldoctor.cluster import gate, gather, launcher, rendezvous, results, watchdog
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
+from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
-from nccldoctor.facts import NodeFacts, to_dict
+from nccldoctor.facts import to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
+from nccldoctor.probes.libnccl import bootstrap_probe
 from nccldoctor.report import Report, write_report
 
 Progress = Callable[[str], None]
@@ -38,30 +39,6 @@ class Interrupted(Exception):
 
 class PhaseFailed(Exception):
     """A phase ended the run; its findings say why."""
-
-
-@dataclass
-class NodeRun:
-    """Everything this node observed, turned into its report at the end."""
-
-    node: str
-    facts: NodeFacts | None = None
-    findings: list[Finding] = field(default_factory=list)
-    area_status: dict[str, str] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    is_master: bool = False
-    run_id: str = ""
-    reach: dict[str, Any] | None = None
-    hello: dict[str, Any] | None = None
-    world: rendezvous.World | None = None
-    node_rank: int | None = None
-    bootstrap: dict[str, Any] | None = None
-    tcp_gbps: float | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    rank_phases: list[dict[str, Any]] = field(default_factory=list)
-    worker_results: dict[int, dict] = field(default_factory=dict)
-    workers_started: bool = False
-    aborted: str | None = None
 
 
 class NodeAgent:
@@ -83,6 +60,8 @@ class NodeAgent:
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
         self._hello_found: list[Finding] = []
+        self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
+        self._bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
         self._stopping = False
         self.started = time.monotonic()
 
@@ -90,6 +69,7 @@ class NodeAgent:
     def execute(self) -> tuple[Report, Path]:
         """Run every phase; the report to show (the cluster's on the master) and its path."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._background.submit(_import_torch_distributed)  # seconds of import, during preflight
         try:
             self._phases()
         except Interrupted as exc:
@@ -113,10 +93,16 @@ class NodeAgent:
         self._stopping = True
         try:
             watchdog.stop(self.launched)
+            if self.launched and not self.run.ranks:  # interrupted while watching the workers
+                watch = watchdog.observe(self.launched, self.run.node, str(self.run.aborted))
+                self.run.ranks, self.run.rank_phases, self.run.worker_results = (
+                    results.worker_sections(watch)
+                )
             return self._finish()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._background.shutdown(wait=False, cancel_futures=True)
             if self.gate:
                 self.gate.close()
 
@@ -176,8 +162,19 @@ class NodeAgent:
         with self.phase("preflight"):
             pf = run_preflight(master=self.config.master, env=self.env, command=self.command)
             self.run.facts = pf.nodes[0]
+            for finding in pf.findings:  # the node's name in this run, not its hostname
+                finding.node = self.run.node if finding.node == pf.nodes[0].node else finding.node
             self.run.facts.node = self.run.node
+            self.run.cuda = self._cuda()
             self.run.findings.extend(pf.findings)
+            libraries = [
+                lib.path for lib in self.run.facts.software.nccl_libraries if not lib.error
+            ]
+            if libraries:
+                future = self._background.submit(
+                    bootstrap_probe, libraries[0], self.env, self.config.timeouts.bootstrap
+                )
+                self._bootstrap_probe = (libraries[0], future)
             self.run.area_status.update(pf.area_status)
 
     def _reach(self) -> None:
@@ -261,7 +258,7 @@ class NodeAgent:
                 advertised=(run.hello or {}).get("advertised") or c.master,
                 seen=(run.hello or {}).get("seen") or c.master,
                 procs=self._procs(),
-                cuda=self._cuda(),
+                cuda=run.cuda,
                 requested_rank=0 if run.is_master else c.node_rank,
                 skew_s=(run.hello or {}).get("skew_s", 0.0),
                 facts=to_dict(run.facts),
@@ -304,23 +301,20 @@ class NodeAgent:
                 )
 
     def _bootstrap(self) -> None:
-        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed), compared with
-        the kernel's route to the master and the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
+        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed; started right
+        after preflight, in the background), compared with the kernel's route to the master and
+        the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
         run = self.run
         with self.phase("bootstrap") as row:
             pick = run.facts.network.nccl_default_pick if run.facts else None
-            libraries = [lib.path for lib in run.facts.software.nccl_libraries if not lib.error]
-            try:
-                from nccldoctor.probes.libnccl import bootstrap_probe
-            except ImportError:
-                bootstrap_probe = None
-            if bootstrap_probe is None or not libraries:
-                row["status"], row["detail"] = "skipped", "libnccl or its bootstrap probe missing"
+            if self._bootstrap_probe is None:
+                row["status"], row["detail"] = "skipped", "no loadable libnccl"
             else:
-                probe = bootstrap_probe(libraries[0], self.env, self.config.timeouts.bootstrap)
+                library, future = self._bootstrap_probe
+                probe = future.result(timeout=self.config.timeouts.bootstrap + 5)
                 used = bootstrap_interface(probe.output_lines)
                 run.bootstrap = {
-                    "library": libraries[0],
+                    "library": library,
                     "rc": probe.rc,
                     "error": probe.error,
                     "interface": used,
@@ -328,10 +322,9 @@ class NodeAgent:
                 }
                 pick = used[0] if used else pick
                 row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+            route = (run.reach or {}).get("interface")
             run.findings.extend(
-                interface_findings(
-                    run.node, (run.reach or {}).get("interface"), local_interfaces(), self.env, pick
-                )
+                interface_findings(run.node, route, local_interfaces(), self.env, pick)
             )
 
     def _tcp(self) -> None:
@@ -404,125 +397,29 @@ class NodeAgent:
         return bool(gpu and gpu.devices and gpu.torch.cuda_build is not None)
 
     def _finish(self) -> tuple[Report, Path]:
-        report = self.node_report()
+        report = build_node_report(
+            self.run, self.config, self.command, time.monotonic() - self.started
+        )
         path = write_report(report, self.config.out / f"check-{self.run.node}.json")
         self.progress(f"node report: {path}")
+        store = self.store if self.keys and self.run.node_rank is not None else None
         if not self.run.is_master:
-            if self.store is not None and self.run.node_rank is not None and self.keys:
-                with contextlib.suppress(Exception):
-                    doc = report.to_dict()
-                    doc["report_path"] = str(path)
-                    self.store.set(self.keys.result(self.run.node_rank), json.dumps(doc))
+            if store is not None:
+                gather.publish(store, self.keys, self.run.node_rank, report, path)
             return report, path
-        cluster = self._cluster_report(report, path)
+        interrupted = bool(self.run.aborted and self.run.aborted.startswith("interrupted"))
+        cluster = gather.cluster_report(
+            report, path, self.run, self.config, store, self.keys,
+            0.0 if interrupted else self.config.timeouts.exit_barrier,
+            self.gate, self.entries, self.command, self.progress,
+        )  # fmt: skip
         cluster_path = write_report(cluster, self.config.out / "check-cluster.json")
         self.progress(f"cluster report: {cluster_path}")
         return cluster, cluster_path
 
-    def node_report(self) -> Report:
-        run = self.run
-        findings = list(run.findings)
-        findings += verdict.worker_findings(run.ranks, run.worker_results)
-        if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
-            findings.append(
-                Finding(
-                    "run.incomplete",
-                    "other",
-                    Severity.FAIL,
-                    f"the run stopped: {run.aborted}",
-                    [],
-                    "See the phases of this report.",
-                    area="run",
-                    node=run.node,
-                )
-            )
-        world = run.world
-        status = dict(run.area_status)
-        status["run"] = _run_status(run)
-        bandwidth = results.bandwidth_section(
-            run.worker_results, world.backend if world else "", world.world_size if world else 0
-        )
-        if run.tcp_gbps is not None:
-            bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
-        return Report(
-            kind="check",
-            nodes=[run.facts] if run.facts else [],
-            findings=findings,
-            command=self.command,
-            completed=run.workers_started and not run.aborted,
-            area_status=status,
-            extra={
-                "phases": run.phases + run.rank_phases,
-                "bandwidth": bandwidth,
-                "ranks": run.ranks,
-                "hang": verdict.hang_section(run.ranks),
-                "mnist": results.mnist_section(run.worker_results),
-                "cluster": merge.cluster_section(self.config.master, world, {}),
-                "timeouts": self.config.timeouts.to_dict(),
-                "run": {
-                    "run_id": run.run_id,
-                    "node": run.node,
-                    "node_rank": run.node_rank,
-                    "master": run.is_master,
-                    "launcher": self.config.launcher,
-                    "aborted": run.aborted,
-                    "reach": run.reach,
-                    "hello": run.hello,
-                    "bootstrap": run.bootstrap,
-                    "elapsed_s": round(time.monotonic() - self.started, 3),
-                },
-            },
-        )
 
-    def _cluster_report(self, own: Report, own_path: Path) -> Report:
-        run, t = self.run, self.config.timeouts
-        others: dict[int, dict] = {}
-        last_phase: dict[int, str] = {}
-        world = run.world
-        if world and self.store is not None and self.keys:
-            ranks = [n.node_rank for n in world.nodes if n.node_rank != run.node_rank]
-            deadline = time.monotonic() + (
-                0 if run.aborted and run.aborted.startswith("interrupted") else t.exit_barrier
-            )
-            self.progress(f"gather: waiting up to {t.exit_barrier:.0f} s for {len(ranks)} node(s)")
-            others, last_phase = rendezvous.gather_results(self.store, self.keys, ranks, deadline)
-        own_doc = own.to_dict()
-        own_doc["report_path"] = str(own_path)
-        return merge.merge(
-            master=self.config.master,
-            world=world,
-            own=own_doc,
-            others=others,
-            lost=last_phase,
-            hellos=self.gate.snapshot() if self.gate else [],
-            tcp_gbps=self.gate.tcp_gbps if self.gate else {},
-            port=self.config.port,
-            entries=self.entries,
-            command=self.command,
-        )
-
-
-# NCCL bootstrap.cc: "Bootstrap : Using%s" (<=2.23) / "Bootstrap: Using%s" (2.24+), where %s is
-# " <ifname>:<addr><port>" from ncclSocketToString (shared/reference/nccl-logs.md §4).
-_BOOTSTRAP_USING = re.compile(r"Bootstrap ?: Using\s+([^:\s]+):(\S+?)<\d+>")
-
-
-def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
-    """(interface, address) of NCCL's "Bootstrap: Using" line, if it printed one."""
-    for line in lines:
-        match = _BOOTSTRAP_USING.search(line)
-        if match:
-            return match.group(1), match.group(2)
-    return None
-
-
-def _run_status(run: NodeRun) -> str:
-    if run.aborted:
-        return f"stopped: {run.aborted}"
-    if not run.ranks:
-        return "no workers ran"
-    ok = sum(r["state"] == "ok" for r in run.ranks)
-    return f"{ok}/{len(run.ranks)} local ranks ok"
+def _import_torch_distributed() -> None:
+    import torch.distributed  # noqa: F401
 
 
 def run_check(

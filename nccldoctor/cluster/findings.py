@@ -7,6 +7,7 @@ is judged here. Each function is pure: observations in, findings out.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from nccldoctor.cluster.gate import Hello, HelloReply
@@ -168,7 +169,8 @@ def interface_findings(
                     node=node,
                 )
             )
-    elif nccl_pick and route_interface and nccl_pick != route_interface:
+    elif nccl_pick and route_interface not in (None, "lo") and nccl_pick != route_interface:
+        # (a master on loopback means one host: every local address reaches it)
         findings.append(
             Finding(
                 "run.nccl-picks-wrong-interface",
@@ -270,3 +272,18 @@ def skew_findings(entries: Sequence[NodeEntry]) -> list[Finding]:
             area="cluster",
         )
     ]
+
+
+def gpu_findings_on_gloo(findings: list[Finding], forced: bool) -> list[Finding]:
+    """A run on gloo needs no GPU: GPU failures become warnings (info with ``--backend gloo``),
+    so a CPU-only check can be healthy while the report still shows what NCCL would lack."""
+    relaxed = []
+    for f in findings:
+        if f.area == "gpu" and f.severity is Severity.FAIL:
+            f = dataclasses.replace(
+                f,
+                severity=Severity.INFO if forced else Severity.WARN,
+                title=f"{f.title} (this check ran on gloo)",
+            )
+        relaxed.append(f)
+    return relaxed

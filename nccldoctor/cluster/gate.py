@@ -121,9 +121,13 @@ class GateServer:
         with self._tcp_turn:
             _send(conn, {"go": True})
             received, elapsed = tcpprobe.sink(conn, max_seconds=seconds + _IO_TIMEOUT)
+            with self._lock:
+                self.tcp_gbps[node] = tcpprobe.gbps(received, elapsed)
             _send(conn, {"bytes": received, "seconds": elapsed})
-        with self._lock:
-            self.tcp_gbps[node] = tcpprobe.gbps(received, elapsed)
+
+    @property
+    def port(self) -> int:
+        return self._sock.getsockname()[1]
 
     def _token_ok(self, offered: object) -> bool:
         if not self._token:

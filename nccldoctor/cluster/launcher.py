@@ -7,7 +7,6 @@ sent to a file per rank, and the interface the reach phase found unless the user
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
 
 NCCL_DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,NET,GRAPH,TUNING,COLL"
-BANDWIDTH_SIZES = [4 * 4**i for i in range(13)]  # 4 B … 64 MiB, ×4 steps
-DTYPES = ["float32", "float64", "int32", "bfloat16"]
 
 
 @dataclass
@@ -53,21 +51,15 @@ def rank_dir(spec: WorkerSpec, rank: int) -> Path:
     return spec.out / f"rank{rank}"
 
 
-def worker_config(spec: WorkerSpec, rank: int) -> dict:
-    """The config JSON of one rank (contract: Config JSON)."""
-    return {
-        "run_id": spec.run_id,
-        "backend": spec.backend,
-        "rank_dir": str(rank_dir(spec, rank)),
-        "timeouts": spec.timeouts.worker_timeouts(),
-        "bandwidth_sizes": BANDWIDTH_SIZES,
-        "dtypes": DTYPES,
-        "mnist_root": spec.mnist_root,
-        "ddp_steps": 5,
-        "batch_size": 64,
-        "lr": 0.01,
-        "seed": 0,
-    }
+def worker_config(spec: WorkerSpec, rank: int) -> WorkerConfig:
+    """The config of one rank (contract: Config JSON); sizes and dtypes are the worker's defaults."""
+    return WorkerConfig(
+        run_id=spec.run_id,
+        backend=spec.backend,
+        rank_dir=str(rank_dir(spec, rank)),
+        timeouts=WorkerTimeouts(**spec.timeouts.worker_timeouts()),
+        mnist_root=spec.mnist_root,
+    )
 
 
 def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, str]) -> dict:
@@ -108,8 +100,7 @@ def launch(spec: WorkerSpec, base_env: Mapping[str, str]) -> list[Launched]:
         rank = spec.rank_offset + local_rank
         directory = rank_dir(spec, rank)
         directory.mkdir(parents=True, exist_ok=True)
-        config = directory / "config.json"
-        config.write_text(json.dumps(worker_config(spec, rank), indent=1))
+        config = worker_config(spec, rank).write(directory / "config.json")
         log_path = directory / "worker.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

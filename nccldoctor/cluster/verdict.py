@@ -53,9 +53,23 @@ def _label(phase: str | None) -> str:
     return PHASE_LABELS.get(phase or "startup", phase or "startup")
 
 
-def _first_line(text: str | None) -> str:
+def _first_line(text: str | None, phase: str | None = None, limit: int = 200) -> str:
+    """The error's last non-empty line, without a leading ``<phase>: ``, at most ``limit`` chars."""
     lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    line = lines[-1] if lines else ""
+    if phase and line.startswith(f"{phase}: "):
+        line = line[len(phase) + 2 :]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def main_thread_frame(stacks: str | None) -> str | None:
+    """The innermost frame of the main thread in a faulthandler dump (the thread whose outermost
+    frame is the module's), e.g. 'File ".../faults.py", line 98 in hang_forever'."""
+    for block in (stacks or "").split("\n\n"):
+        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
+        if frames and ("<module>" in frames[-1] or "_run_module_as_main" in frames[-1]):
+            return frames[0]
+    return None
 
 
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,9 +116,12 @@ def _sentence(r: dict[str, Any], cause: bool) -> str:
         line = (r["last_nccl_lines"] or [None])[-1]
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
-    error = _first_line(r["error"])
-    if not cause and categorize(error) in ("collective_timeout_hang", "remote_peer_closed"):
+    error = _first_line(r["error"], r["phase_reached"])
+    category = categorize(error)
+    if not cause and category == "collective_timeout_hang":
         return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
+    if not cause and category == "remote_peer_closed":
+        return f"rank {r['rank']} lost its peer in {phase}" + (f" ({error})" if error else "")
     verb = "crashed" if r["state"] == "crashed" else "failed"
     return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
 
@@ -121,6 +138,8 @@ def rank_findings(ranks: list[dict[str, Any]]) -> list[Finding]:
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
+        frame = main_thread_frame(r.get("stacks"))
+        evidence += [f"main thread stopped at: {frame}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
         evidence.append(f"log: {r['log_path']}")
         findings.append(

@@ -155,6 +155,18 @@ def monitor(
     return WatchResult(ranks, reason, time.monotonic() - start)
 
 
+def observe(launched: list[Launched], node: str, reason: str) -> WatchResult:
+    """What the rank folders say now, for workers the agent stopped outside ``monitor`` (the
+    agent itself was interrupted): events read, exit codes taken, each rank marked ``reason``."""
+    now = time.monotonic()
+    ranks = [RankWatch(item, node, last_seen=now) for item in launched]
+    for r in ranks:
+        r.read_events(now)
+        r.exit_code = r.launched.proc.poll()
+        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir)
+    return WatchResult(ranks, reason, 0.0)
+
+
 def _stuck_reason(
     ranks: list[RankWatch], now: float, start: float, timeouts: Timeouts, total_deadline: float
 ) -> str | None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -8,14 +9,14 @@ from tests.cluster.netns import Lab, netns_available
 
 
 @pytest.fixture
-def lab() -> Iterator[Callable[[int], Lab]]:
+def lab(tmp_path: Path) -> Iterator[Callable[[int], Lab]]:
     """``lab(n)``: n hosts in network namespaces on one bridge, removed after the test."""
     if not netns_available():
         pytest.skip("needs root and ip netns")
     made: list[Lab] = []
 
     def build(n: int) -> Lab:
-        made.append(Lab())
+        made.append(Lab(reports=tmp_path / f"lab{len(made)}"))
         return made[-1].build(n)
 
     try:

@@ -1,11 +1,10 @@
-"""Hosts in Linux network namespaces on one bridge (198.18.0.0/15 only), running the real CLI.
-
-Every name carries a random ``ca`` tag, so parallel helpers and reruns never collide, and
-``Lab.close`` removes all of it (processes, namespaces, bridge) even when a test failed.
-"""
+"""The tests' cluster: a NetLab (hosts in network namespaces on a bridge, 198.18.0.0/15 only)
+running the real CLI, with each node's process, output and reports kept for the assertions.
+Everything is removed in ``Lab.close``, which the fixture calls even when a test failed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -16,34 +15,36 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nccldoctor.cluster.netlab import LabHost, NetLab, netlab_possible
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=30)
-
-
 def netns_available() -> bool:
-    if os.geteuid() != 0:
+    if not netlab_possible():
         return False
-    probe = f"ca{secrets.token_hex(3)}"
     try:
-        sh("ip", "netns", "add", probe)
-    except (OSError, subprocess.SubprocessError):
+        NetLab(1, prefix="198.19.254").build().close()
+    except Exception:
         return False
-    sh("ip", "netns", "del", probe, check=False)
     return True
 
 
 @dataclass
 class Host:
-    name: str  # the node name the agent reports (--node-name)
-    ns: str
-    address: str
-    lab: Lab
+    lab_host: LabHost
+    net: NetLab
+
+    @property
+    def name(self) -> str:
+        return self.lab_host.name
+
+    @property
+    def address(self) -> str:
+        return self.lab_host.address
 
     def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return sh("ip", "netns", "exec", self.ns, *args, check=check)
+        return self.net.exec(self.lab_host, *args, check=check)
 
 
 @dataclass
@@ -73,47 +74,31 @@ class NodeRun:
 
 @dataclass
 class Lab:
-    """A bridge and ``n`` hosts 198.18.<subnet>.1.., each in its own namespace."""
-
-    tag: str = field(default_factory=lambda: f"ca{secrets.token_hex(2)}")
+    reports: Path  # each node's --out goes under it
     subnet: int = field(default_factory=lambda: 20 + secrets.randbelow(200))
     hosts: list[Host] = field(default_factory=list)
     runs: list[NodeRun] = field(default_factory=list)
+    net: NetLab | None = None
 
     @property
-    def bridge(self) -> str:
-        return f"{self.tag}br"
+    def tag(self) -> str:
+        return self.net.tag if self.net else ""
 
     def build(self, n: int) -> Lab:
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        sh("ip", "link", "set", self.bridge, "up")
-        for i in range(n):
-            ns, outside, inside = f"{self.tag}n{i}", f"{self.tag}h{i}", f"{self.tag}p{i}"
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
-            sh("ip", "link", "set", outside, "master", self.bridge, "up")
-            sh("ip", "link", "set", inside, "netns", ns)
-            host = Host(f"node{i}", ns, f"198.18.{self.subnet}.{i + 1}", self)
-            host.exec("ip", "link", "set", inside, "name", "eth0")
-            host.exec("ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
-            host.exec("ip", "link", "set", "eth0", "up")
-            host.exec("ip", "link", "set", "lo", "up")
-            self.hosts.append(host)
+        self.net = NetLab(n, prefix=f"198.18.{self.subnet}")
+        self.net.build()
+        self.hosts = [Host(h, self.net) for h in self.net.hosts]
         return self
 
     def start(self, host: Host, args: list[str], out: Path, env: dict | None = None) -> NodeRun:
         """``python -m nccldoctor check ARGS`` inside ``host``'s namespace."""
-        full_env = {**os.environ, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": host.name,
-                    **(env or {})}  # fmt: skip
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": host.name}
         for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NCCLDOCTOR_FAULT"):
-            if env is None or name not in env:
-                full_env.pop(name, None)
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", host.ns, sys.executable, "-m", "nccldoctor", "check",
-             "--out", str(out), *args],
-            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
-        )  # fmt: skip
+            full_env.pop(name, None)
+        full_env.update(env or {})
+        argv = [sys.executable, "-m", "nccldoctor", "check", "--out", str(out), *args]
+        proc = self.net.popen(host.lab_host, argv, full_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
         run = NodeRun(host, proc, out, time.monotonic())
         self.runs.append(run)
         return run
@@ -132,23 +117,13 @@ class Lab:
             run.ended = run.ended or time.monotonic()
 
     def kill_host(self, host: Host) -> None:
-        """The node dies: every process in its namespace gets SIGKILL."""
-        pids = sh("ip", "netns", "pids", host.ns, check=False).stdout.split()
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue
+        self.net.kill_host(host.lab_host)
 
     def close(self) -> None:
         for run in self.runs:
             if run.proc.poll() is None:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(run.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 run.proc.communicate()
-        for host in self.hosts:
-            self.kill_host(host)
-            sh("ip", "netns", "del", host.ns, check=False)
-        sh("ip", "link", "del", self.bridge, check=False)
+        if self.net:
+            self.net.close()

@@ -1,0 +1,181 @@
+"""Cross-node checks: what must be the same on every node for NCCL to work, compared over all.
+
+Each takes the Facts of every node that joined the rendezvous (``scope="cluster"``). A value
+that some node does not know (None) is left out of the comparison, never guessed.
+References are to shared/reference/failures.md (section B, consistency across nodes).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Sequence
+
+from checks import Problem, check
+from nccldoctor.facts import NodeFacts
+from nccldoctor.model import Severity
+
+# Variables that differ by design from node to node (files per host, ranks, addresses).
+_PER_NODE_VARIABLES = ("NCCL_DEBUG_FILE", "NCCL_HOSTID", "NCCL_COMM_ID")
+
+
+def _groups(
+    nodes: Sequence[NodeFacts], value: Callable[[NodeFacts], object]
+) -> dict[str, list[str]]:
+    """value → the nodes that have it; only nodes where the value is known."""
+    groups: dict[str, list[str]] = {}
+    for facts in nodes:
+        found = value(facts)
+        if found is not None and found != "":
+            groups.setdefault(str(found), []).append(facts.node)
+    return groups
+
+
+def _evidence(groups: dict[str, list[str]]) -> list[str]:
+    return [f"{value}: {', '.join(names)}" for value, names in sorted(groups.items())]
+
+
+def _mismatch(
+    nodes: Sequence[NodeFacts], value: Callable[[NodeFacts], object], what: str,
+    severity: Severity, fix: str,
+) -> Problem | None:  # fmt: skip
+    groups = _groups(nodes, value)
+    if len(groups) < 2:
+        return None
+    return Problem(severity, f"{what} differs between nodes ({len(groups)} values)",
+                   _evidence(groups), fix)  # fmt: skip
+
+
+@check(
+    "cluster.torch-version-differs", area="cluster", category="version_mismatch", scope="cluster"
+)
+def torch_version_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The nodes run different torch versions."""
+    return _mismatch(
+        nodes,
+        lambda f: f.software.torch_version,
+        "torch version",
+        Severity.FAIL,
+        "Install the same torch on every node (pip install torch==<version>): "
+        "collective implementations and the store protocol change between releases.",
+    )
+
+
+@check("cluster.nccl-version-differs", area="cluster", category="version_mismatch", scope="cluster")
+def nccl_version_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The NCCL that torch uses differs between nodes (F11: 'Message truncated', hangs)."""
+    return _mismatch(
+        nodes,
+        _nccl_version,
+        "NCCL version",
+        Severity.FAIL,
+        "Use one NCCL everywhere: the same torch wheel (and nvidia-nccl-cu12), no "
+        "LD_PRELOAD/LD_LIBRARY_PATH copy on some nodes only.",
+    )
+
+
+def _nccl_version(facts: NodeFacts) -> str | None:
+    loaded = [lib.version for lib in facts.software.nccl_libraries if lib.version]
+    return facts.software.torch_nccl or (loaded[0] if loaded else None)
+
+
+@check("cluster.cuda-version-differs", area="cluster", category="version_mismatch", scope="cluster")
+def cuda_version_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """torch's CUDA build differs between nodes."""
+    return _mismatch(
+        nodes,
+        lambda f: f.software.torch_cuda or f.gpu.torch.cuda_build,
+        "torch's CUDA version",
+        Severity.WARN,
+        "Install the same torch CUDA build (the same +cuXXX wheel) on every node.",
+    )
+
+
+@check("cluster.driver-differs", area="cluster", category="version_mismatch", scope="cluster")
+def driver_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The NVIDIA driver version differs between nodes."""
+    return _mismatch(
+        nodes,
+        lambda f: f.gpu.driver_version,
+        "NVIDIA driver",
+        Severity.WARN,
+        "Run the same driver on every node; an older one may lack features (CUDA "
+        "version, NVLS, CUMEM) that NCCL enables on the newer nodes.",
+    )
+
+
+@check("cluster.gpu-model-differs", area="cluster", category="version_mismatch", scope="cluster")
+def gpu_model_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The nodes have different GPU models: the slowest sets the pace, tuning may differ."""
+    return _mismatch(
+        nodes,
+        lambda f: ", ".join(sorted({d.name for d in f.gpu.devices})) or None,
+        "GPU model",
+        Severity.INFO,
+        "Mixed GPU models train at the slowest GPU's pace; expected if intended.",
+    )
+
+
+@check("cluster.nccl-env-differs", area="cluster", category="env_config", scope="cluster")
+def nccl_env_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """NCCL_* variables differ between nodes (a setting on some nodes only)."""
+    names = sorted({name for f in nodes for name in f.env.variables
+                    if name.startswith("NCCL_") and name not in _PER_NODE_VARIABLES})  # fmt: skip
+    differing = []
+    for name in names:
+        values = {f.node: f.env.variables.get(name, "(unset)") for f in nodes}
+        if len(set(values.values())) > 1:
+            differing.append(f"{name}: " + ", ".join(f"{n}={v}" for n, v in values.items()))
+    if not differing:
+        return None
+    return Problem(
+        Severity.WARN,
+        f"{len(differing)} NCCL variable(s) differ between nodes",
+        differing,
+        "Set NCCL_* the same way on every node (one env file, or "
+        "/etc/nccl.conf on each); per-node interface names are the exception.",
+    )
+
+
+def _route_interface(facts: NodeFacts):
+    """The interface this node reaches the master through (the master: the one holding it)."""
+    net = facts.network
+    route = net.route_to_master
+    name = route.interface if route else None
+    if name in (None, "lo") and route and route.source:
+        name = next((i.name for i in net.interfaces
+                     if any(a.split("/")[0] == route.source for a in i.ipv4)), name)  # fmt: skip
+    return next((i for i in net.interfaces if i.name == name), None)
+
+
+@check("cluster.mtu-differs", area="cluster", category="interface_selection", scope="cluster")
+def mtu_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The MTU of the interfaces the nodes talk over differs (large messages stall, F-MTU)."""
+    return _mismatch(
+        nodes,
+        lambda f: getattr(_route_interface(f), "mtu", None),
+        "MTU of the interface towards the master",
+        Severity.FAIL,
+        "Set one MTU on every node's interface and the switch ports between them, "
+        "e.g. ip link set dev eth0 mtu 9000 (or 1500) on each node.",
+    )
+
+
+@check("cluster.subnet-differs", area="cluster", category="interface_selection", scope="cluster")
+def subnet_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The nodes reach the master from different subnets: routed, NATed, or the wrong interface."""
+
+    def subnet(facts: NodeFacts) -> str | None:
+        iface = _route_interface(facts)
+        if iface is None or not iface.ipv4:
+            return None
+        return str(ipaddress.ip_interface(iface.ipv4[0]).network)
+
+    return _mismatch(
+        nodes,
+        subnet,
+        "subnet of the interface towards the master",
+        Severity.WARN,
+        "NCCL connects every pair of ranks directly: routed subnets work when every "
+        "node can reach every other; a private 172.17.x subnet means a Docker bridge "
+        "(use --network host).",
+    )

@@ -1,0 +1,58 @@
+"""`nccldoctor demo`: the whole check on this one machine, nodes in network namespaces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nccldoctor.cli.check import verdict_line
+from nccldoctor.cli.console import abort, stderr, stdout, supports_unicode
+from nccldoctor.cluster.timeouts import TimeoutsError, timeouts_from
+from nccldoctor.views.terminal import render_terminal
+
+
+def demo(
+    nodes: Annotated[int, typer.Option(help="How many nodes to simulate.")] = 2,
+    procs_per_node: Annotated[int, typer.Option(help="Worker processes per node.")] = 1,
+    timeout: Annotated[
+        float,
+        typer.Option(envvar="NCCLDOCTOR_TIMEOUT", help="Seconds for every wait of the check."),
+    ] = 30.0,
+    out: Annotated[
+        Path, typer.Option(envvar="NCCLDOCTOR_OUT", help="Where the reports and logs go.")
+    ] = Path("nccldoctor-demo"),
+    loopback: Annotated[
+        bool, typer.Option(help="Use the loopback interface even as root.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+) -> None:
+    """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
+    from nccldoctor.cluster.demo import run_demo
+    from nccldoctor.cluster.netlab import NetLabError
+
+    if not 1 <= nodes <= 16 or procs_per_node < 1:
+        raise abort("--nodes must be 1..16 and --procs-per-node at least 1")
+    try:
+        timeouts = timeouts_from(timeout, [], os.environ)
+    except TimeoutsError as exc:
+        raise abort(str(exc)) from None
+    check_args = ["--backend", "gloo", "--procs-per-node", str(procs_per_node),
+                  "--timeout", str(timeout)]  # fmt: skip
+    try:
+        result = run_demo(nodes, out, check_args, timeouts, os.environ,
+                          progress=lambda m: stderr.print(m),
+                          use_netns=False if loopback else None)  # fmt: skip
+    except NetLabError as exc:
+        raise abort(f"{exc} (try --loopback)", code=3) from None
+    if result.report is None:
+        stdout.print(
+            f"The check left no cluster report; node logs: {', '.join(map(str, result.node_logs))}"
+        )
+        raise typer.Exit(3)
+    stdout.print(render_terminal(result.report, verbose=verbose, unicode=supports_unicode()))
+    stdout.print(verdict_line(result.report))
+    stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
+    raise typer.Exit(result.exit_code)

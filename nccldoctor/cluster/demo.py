@@ -1,0 +1,142 @@
+"""`nccldoctor demo`: the whole multi-node check on one machine.
+
+As root, each node runs the real CLI (``python -m nccldoctor check``) in its own network
+namespace on a bridge (198.18.7.0/24); without root, node agents share the loopback interface.
+The namespaces are removed on every way out. Progress goes through a callback (no rich here).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nccldoctor.cluster.netlab import NetLab, netlab_possible
+from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.report import Report, load_report
+
+
+@dataclass
+class DemoResult:
+    mode: str  # netns | loopback
+    report: Report | None  # the master's cluster report
+    report_path: Path
+    node_logs: list[Path]
+    exit_code: int
+
+
+def run_demo(
+    nodes: int,
+    out: Path,
+    check_args: Sequence[str],
+    timeouts: Timeouts,
+    env: Mapping[str, str],
+    progress: Callable[[str], None] = lambda message: None,
+    use_netns: bool | None = None,
+) -> DemoResult:
+    """Start ``nodes`` node agents, wait for them (bounded), and read the cluster report."""
+    use_netns = netlab_possible() if use_netns is None else use_netns
+    out.mkdir(parents=True, exist_ok=True)
+    child_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(),
+                                                                    env.get("PYTHONPATH")]))}  # fmt: skip
+    budget = (timeouts.reach + timeouts.rendezvous + timeouts.bootstrap + timeouts.workers_total()
+              + timeouts.heartbeat + timeouts.exit_barrier + 60)  # fmt: skip
+    lab = NetLab(nodes) if use_netns else None
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if lab:
+            progress(f"building {nodes} network namespaces on bridge {lab.bridge} (198.18.7.0/24)")
+            lab.build()
+            master, port = lab.hosts[0].address, 29400
+        else:
+            progress("not root: the node agents share the loopback interface")
+            master, port = "127.0.0.1", _free_port_pair()
+        for i in range(nodes):
+            name = f"node{i}"
+            argv = [sys.executable, "-m", "nccldoctor", "check", "--master", master,
+                    "--nodes", str(nodes), "--port", str(port), "--out", str(out / name),
+                    "--node-name", name, *check_args]  # fmt: skip
+            if not lab:
+                argv += ["--node-rank", str(i)]
+            logs.append(out / f"{name}.log")
+            with open(logs[-1], "wb") as log:
+                kwargs = {"stdout": log, "stderr": subprocess.STDOUT}
+                if lab:
+                    procs.append(lab.popen(lab.hosts[i], argv, child_env, **kwargs))
+                else:
+                    procs.append(subprocess.Popen(argv, env=child_env, start_new_session=True,
+                                                  **kwargs))  # fmt: skip
+            progress(f"{name}: started ({' '.join(argv[1:])})")
+        _wait(procs, time.monotonic() + budget, progress)
+    finally:
+        for proc in procs:
+            _end(proc)
+        if lab:
+            lab.close()
+            progress("network namespaces removed")
+        signal.signal(signal.SIGTERM, previous)
+    path = out / "node0" / "check-cluster.json"
+    try:
+        report = load_report(path)
+    except (OSError, ValueError):
+        return DemoResult("netns" if lab else "loopback", None, path, logs, 3)
+    return DemoResult("netns" if lab else "loopback", report, path, logs, report.exit_code)
+
+
+def _wait(procs: list[subprocess.Popen], deadline: float, progress: Callable[[str], None]) -> None:
+    pending = list(enumerate(procs))
+    while pending and time.monotonic() < deadline:
+        for item in list(pending):
+            i, proc = item
+            if proc.poll() is not None:
+                progress(f"node{i}: exited with {proc.returncode}")
+                pending.remove(item)
+        time.sleep(0.5)
+    for i, _ in pending:
+        progress(f"node{i}: still running at the demo's deadline; stopping it")
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM (the agent writes its report), then SIGKILL after a few seconds."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _free_port_pair() -> int:
+    """A port whose successor is free too (the store and nccldoctor's gate)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65534:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    return 29400
+
+
+def _package_root() -> str:
+    """Where this nccldoctor lives, so the node processes import the same code."""
+    return str(Path(__file__).resolve().parents[2])

@@ -1,0 +1,64 @@
+"""Gather: every node hands its report to the master through the store; the master waits at the
+exit barrier (its own deadline) for the slowest node, then merges them all."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.cluster import merge, rendezvous
+from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.gate import GateServer
+from nccldoctor.cluster.noderun import NodeRun
+from nccldoctor.report import Report
+
+
+def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
+    """Best effort: when the master is gone, the node's own report on disk is what remains."""
+    doc = report.to_dict()
+    doc["report_path"] = str(path)
+    with contextlib.suppress(Exception):
+        store.set(keys.result(node_rank), json.dumps(doc))
+
+
+def cluster_report(
+    own: Report,
+    own_path: Path,
+    run: NodeRun,
+    config: CheckConfig,
+    store: Any,
+    keys: rendezvous.Keys | None,
+    exit_barrier_s: float,
+    gate: GateServer | None,
+    entries: Sequence[rendezvous.NodeEntry],
+    command: Sequence[str],
+    progress: Callable[[str], None],
+) -> Report:
+    """The master's cluster report: the other nodes' reports (waiting up to ``exit_barrier_s``)
+    merged with its own; the nodes that never reported are named with their last phase."""
+    others: dict[int, dict] = {}
+    last_phase: dict[int, str] = {}
+    world = run.world
+    if world and store is not None and keys:
+        ranks = [n.node_rank for n in world.nodes if n.node_rank != run.node_rank]
+        progress(f"gather: waiting up to {exit_barrier_s:.0f} s for {len(ranks)} node(s)")
+        deadline = time.monotonic() + exit_barrier_s
+        others, last_phase = rendezvous.gather_results(store, keys, ranks, deadline)
+    own_doc = own.to_dict()
+    own_doc["report_path"] = str(own_path)
+    return merge.merge(
+        master=config.master,
+        world=world,
+        own=own_doc,
+        others=others,
+        lost=last_phase,
+        hellos=gate.snapshot() if gate else [],
+        tcp_gbps=gate.tcp_gbps if gate else {},
+        port=config.port,
+        entries=entries,
+        command=command,
+    )

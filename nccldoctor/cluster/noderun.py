@@ -1,0 +1,140 @@
+"""What one node observed during `nccldoctor check`, and the node report built from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nccldoctor.cluster import merge, rendezvous, results, verdict
+from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.findings import gpu_findings_on_gloo
+from nccldoctor.facts import NodeFacts
+from nccldoctor.model import Finding, Severity
+from nccldoctor.report import Report
+
+
+@dataclass
+class NodeRun:
+    """Everything this node observed, turned into its report at the end."""
+
+    node: str
+    facts: NodeFacts | None = None
+    findings: list[Finding] = field(default_factory=list)
+    area_status: dict[str, str] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    is_master: bool = False
+    run_id: str = ""
+    reach: dict[str, Any] | None = None
+    hello: dict[str, Any] | None = None
+    world: rendezvous.World | None = None
+    node_rank: int | None = None
+    bootstrap: dict[str, Any] | None = None
+    tcp_gbps: float | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    rank_phases: list[dict[str, Any]] = field(default_factory=list)
+    worker_results: dict[int, dict] = field(default_factory=dict)
+    workers_started: bool = False
+    cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
+    aborted: str | None = None
+
+
+def build_node_report(
+    run: NodeRun, config: CheckConfig, command: Sequence[str], elapsed_s: float
+) -> Report:
+    """This node's report (kind "check"): the preflight document plus the run's sections."""
+    findings = list(run.findings)
+    backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
+    if backend == "gloo":
+        findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
+    findings += verdict.worker_findings(run.ranks, run.worker_results)
+    nccl, nccl_findings = nccl_section(run.ranks)
+    findings += nccl_findings
+    if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
+        findings.append(
+            Finding(
+                "run.incomplete",
+                "other",
+                Severity.FAIL,
+                f"the run stopped: {run.aborted}",
+                [],
+                "See the phases of this report.",
+                area="run",
+                node=run.node,
+            )
+        )
+    world = run.world
+    status = dict(run.area_status)
+    status["run"] = _run_status(run)
+    bandwidth = results.bandwidth_section(
+        run.worker_results, world.backend if world else "", world.world_size if world else 0
+    )
+    if run.tcp_gbps is not None:
+        bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
+    return Report(
+        kind="check",
+        nodes=[run.facts] if run.facts else [],
+        findings=findings,
+        command=list(command),
+        completed=run.workers_started and not run.aborted,
+        area_status=status,
+        extra={
+            "phases": run.phases + run.rank_phases,
+            "bandwidth": bandwidth,
+            "ranks": run.ranks,
+            "hang": verdict.hang_section(run.ranks),
+            "mnist": results.mnist_section(run.worker_results),
+            "nccl": nccl,
+            "cluster": merge.cluster_section(config.master, world, {}),
+            "timeouts": config.timeouts.to_dict(),
+            "run": {
+                "run_id": run.run_id,
+                "node": run.node,
+                "node_rank": run.node_rank,
+                "master": run.is_master,
+                "launcher": config.launcher,
+                "aborted": run.aborted,
+                "reach": run.reach,
+                "hello": run.hello,
+                "bootstrap": run.bootstrap,
+                "elapsed_s": round(elapsed_s, 3),
+            },
+        },
+    )
+
+
+def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The NCCL log summary of this node's ranks (``NCCL_DEBUG_FILE``), when NCCL wrote any."""
+    from pathlib import Path
+
+    from nccldoctor.ncclog import explain
+    from nccldoctor.ncclog.inputs import Source
+
+    files = [p for r in ranks for p in sorted(Path(r["log_path"]).parent.glob("nccl.*.log"))]
+    if not files:
+        return None, []
+    summary, findings = explain([Source(str(p), p.stat().st_size) for p in files], jobs=1)
+    return summary, findings
+
+
+def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
+    """(interface, address) of NCCL's "Bootstrap: Using" line, read by the ncclog parser."""
+    from nccldoctor.ncclog.parser import SourceParser
+
+    parser = SourceParser("libnccl bootstrap probe")
+    data = ("\n".join(lines) + "\n").encode()
+    parser.feed(data, 0, len(data))
+    parser.finish()
+    for process in parser.result.processes.values():
+        if process.bootstrap:
+            return process.bootstrap["ifname"], process.bootstrap["address"]
+    return None
+
+
+def _run_status(run: NodeRun) -> str:
+    if run.aborted:
+        return f"stopped: {run.aborted}"
+    if not run.ranks:
+        return "no workers ran"
+    ok = sum(r["state"] == "ok" for r in run.ranks)
+    return f"{ok}/{len(run.ranks)} local ranks ok"

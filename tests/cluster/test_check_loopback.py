@@ -1,0 +1,80 @@
+"""`nccldoctor check` with node agents on loopback (no root needed): Ctrl-C still writes reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nccldoctor.cluster.demo import _free_port_pair
+
+pytestmark = [pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(
+    i: int, port: int, out: Path, fault: str | None = None, nodes: list[str] = ("--nodes", "2")
+) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "NCCLDOCTOR_"))}
+    env.update(PYTHONPATH=str(REPO), **({"NCCLDOCTOR_FAULT": fault} if fault else {}))
+    argv = [sys.executable, "-m", "nccldoctor", "check", "--master", "127.0.0.1", *nodes,
+            "--node-rank", str(i), "--port", str(port), "--node-name", f"n{i}", "--out", str(out),
+            "--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=1"]  # fmt: skip
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+
+
+def test_ctrl_c_on_a_node_still_writes_every_report(tmp_path):
+    port = _free_port_pair()
+    master = start(0, port, tmp_path / "n0")
+    node = start(1, port, tmp_path / "n1", fault="hang:ddp:rank=1")
+    events = tmp_path / "n1" / "n1" / "rank1" / "events.jsonl"
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (
+            events.exists() and '"phase": "ddp", "status": "start"' in events.read_text()
+        ):
+            time.sleep(0.3)
+        node.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        _, node_err = node.communicate(timeout=30)
+        assert time.monotonic() - interrupted < 15
+        master.communicate(timeout=120)
+    finally:
+        for proc in (master, node):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert node.returncode == 3, node_err[-2000:]
+    report = json.loads((tmp_path / "n1" / "check-n1.json").read_text())
+    assert report["completed"] is False and report["run"]["aborted"] == "interrupted by SIGINT"
+    assert report["phases"][-1]["status"] == "running" or any(
+        p["phase"] == "workers" and p["status"] == "fail" for p in report["phases"]
+    )
+    assert master.returncode in (1, 3)
+    cluster = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
+    assert cluster["run"]["nodes_reported"] == 2  # n1 published its report before it left
+
+
+def test_without_a_node_count_the_master_closes_the_join_window_after_a_quiet_time(tmp_path):
+    port = _free_port_pair()
+    settle = ["--phase-timeout", "settle=3"]
+    procs = [start(i, port, tmp_path / f"n{i}", nodes=settle) for i in range(2)]
+    try:
+        for proc in procs:
+            proc.communicate(timeout=180)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    assert [p.returncode for p in procs] in ([0, 0], [1, 1])
+    cluster = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
+    assert cluster["cluster"]["world_size"] == 2 and cluster["cluster"]["missing_nodes"] == []
+    assert [r["state"] for r in cluster["ranks"]] == ["ok", "ok"]

@@ -1,0 +1,81 @@
+"""The gate and the reach phase over real loopback sockets."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from nccldoctor.cluster import gate
+from nccldoctor.cluster.findings import reach_findings
+from nccldoctor.cluster.reach import connect, is_local, locate
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hello_with_the_token_gets_the_run_id_and_the_seen_address():
+    server = gate.GateServer(free_port(), "secret", "run1", bind="127.0.0.1")
+    port = server.port
+    try:
+        reply = gate.say_hello("127.0.0.1", port, "b", "127.0.0.1", "secret", time.monotonic() + 5)
+        assert (reply.ok, reply.run_id, reply.seen) == (True, "run1", "127.0.0.1")
+        assert abs(reply.skew_s) < 1 and reply.rtt_s < 1
+        refused = gate.say_hello("127.0.0.1", port, "c", "127.0.0.1", "nope", time.monotonic() + 5)
+        assert refused.refused and "wrong or missing token" in refused.error
+        gate.send_note("127.0.0.1", port, "b", "secret", "store port timed out")
+        time.sleep(0.3)
+        seen = {(h.node, h.accepted): h.reason for h in server.snapshot()}
+        assert seen == {("b", True): "store port timed out", ("c", False): "wrong or missing token"}
+    finally:
+        server.close()
+
+
+def test_tcp_throughput_is_measured_by_the_receiver():
+    server = gate.GateServer(free_port(), None, "run1", bind="127.0.0.1")
+    port = server.port
+    try:
+        gbps, error = gate.measure_tcp("127.0.0.1", port, "b", None, 0.3, time.monotonic() + 10)
+        assert error == "" and gbps > 0.01
+        assert server.tcp_gbps["b"] == gbps
+    finally:
+        server.close()
+
+
+def test_hello_to_nobody_ends_at_its_deadline():
+    start = time.monotonic()
+    reply = gate.say_hello("127.0.0.1", free_port(), "b", "", None, start + 1.5)
+    assert not reply.ok and not reply.refused and "Connection refused" in reply.error
+    assert time.monotonic() - start < 3
+
+
+def test_reach_a_listening_port():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        result = locate("127.0.0.1")
+        connect(result, listener.getsockname()[1], time.monotonic() + 5)
+    assert result.connected and result.interface == "lo" and result.source == "127.0.0.1"
+    assert reach_findings(result, 1, "a") == []
+
+
+def test_reach_a_closed_port_is_refused_until_the_deadline():
+    result = locate("127.0.0.1")
+    start = time.monotonic()
+    connect(result, free_port(), start + 1.2, retry_s=0.2)
+    assert not result.connected and result.refused >= 2 and result.timed_out == 0
+    assert 1.0 < time.monotonic() - start < 3
+    (finding,) = reach_findings(result, 29400, "b")
+    assert finding.id == "run.master-refused" and finding.node == "b"
+
+
+def test_an_unresolvable_master():
+    result = locate("no-such-host.invalid")
+    assert result.addresses == [] and result.resolve_error
+    (finding,) = reach_findings(result, 29400, "b")
+    assert (finding.id, finding.category) == ("run.master-unresolvable", "env_config")
+
+
+def test_is_local():
+    assert is_local("127.0.0.1")
+    assert not is_local("198.18.255.254")
