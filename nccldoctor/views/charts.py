@@ -202,9 +202,12 @@ def timeline(
     lanes = []
     for index, (is_rank, rank, node) in enumerate(keys):
         lane_phases = [
-            p for p in timed if str(p.get("node")) == node and (p.get("rank") is not None) == is_rank
+            p
+            for p in timed
+            if str(p.get("node")) == node
+            and (p.get("rank") is not None) == is_rank
             and (p.get("rank") or 0) == rank
-        ]  # fmt: skip
+        ]
         bars = [
             Bar(
                 x=plot.left + (p["started"] - start) * scale,
@@ -223,10 +226,13 @@ def timeline(
         height=int(plot.bottom + 28),
         plot=plot,
         lanes=lanes,
-        x_ticks=[Tick(plot.left + t * scale, f"{t:g} s") for t in _linear_ticks(_nice_ceiling(span))
-                 if t <= span * 1.0001],
+        x_ticks=[
+            Tick(plot.left + t * scale, f"{t:g} s")
+            for t in _linear_ticks(_nice_ceiling(span))
+            if t <= span * 1.0001
+        ],
         hang_x=plot.left + (max(hang_ends) - start) * scale if hang and hang_ends else None,
-    )  # fmt: skip
+    )
 
 
 def _end(phase: Mapping[str, Any], default: float) -> float:

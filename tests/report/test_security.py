@@ -54,7 +54,9 @@ def test_payloads_are_escaped_in_the_html(outputs: dict[str, str]) -> None:
 
 def test_payloads_are_text_in_the_junit_xml(outputs: dict[str, str]) -> None:
     root = ET.fromstring(outputs["junit"])
-    texts = [el.text or "" for el in root.iter()] + [v for el in root.iter() for v in el.attrib.values()]
+    texts = [el.text or "" for el in root.iter()] + [
+        v for el in root.iter() for v in el.attrib.values()
+    ]
     assert any(SCRIPT in t for t in texts) and any(IMG in t for t in texts)
     assert "<script>" not in outputs["junit"]
 
@@ -77,7 +79,13 @@ def test_redact_text(text: str, expected: str) -> None:
 
 
 def test_redact_env_by_name_case_insensitive() -> None:
-    env = {"hf_token": "a", "MyPassword": "b", "Authorization": "c", "NCCL_DEBUG": "INFO", "N": None}
+    env = {
+        "hf_token": "a",
+        "MyPassword": "b",
+        "Authorization": "c",
+        "NCCL_DEBUG": "INFO",
+        "N": None,
+    }
     assert redact_env(env) == {
         "hf_token": REDACTED,
         "MyPassword": REDACTED,
