@@ -194,20 +194,14 @@ def timeline(
     end = max(_end(p, p["started"]) for p in timed)
     span = max(end - start, 1e-3)
     stuck = {(s.get("node"), s.get("rank")) for s in (hang or {}).get("stuck") or []}
-    keys = sorted(
-        {(p.get("rank") is not None, p.get("rank") or 0, str(p.get("node"))) for p in timed}
-    )
-    plot = Box(left=170, top=8, right=width - 12, bottom=8 + lane_height * len(keys))
+    by_lane: dict[tuple[bool, int, str], list[Mapping[str, Any]]] = {}
+    for p in timed:  # agents (rank None) before ranks, then by rank and node
+        key = (p.get("rank") is not None, p.get("rank") or 0, str(p.get("node")))
+        by_lane.setdefault(key, []).append(p)
+    plot = Box(left=170, top=8, right=width - 12, bottom=8 + lane_height * len(by_lane))
     scale = (plot.right - plot.left) / span
     lanes = []
-    for index, (is_rank, rank, node) in enumerate(keys):
-        lane_phases = [
-            p
-            for p in timed
-            if str(p.get("node")) == node
-            and (p.get("rank") is not None) == is_rank
-            and (p.get("rank") or 0) == rank
-        ]
+    for index, ((is_rank, rank, node), lane_phases) in enumerate(sorted(by_lane.items())):
         bars = [
             Bar(
                 x=plot.left + (p["started"] - start) * scale,
