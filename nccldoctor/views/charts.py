@@ -85,7 +85,7 @@ def bandwidth_chart(
         ((gbps, node) for node, gbps in (tcp_wire_gbps or {}).items() if _positive(gbps)),
         default=None,
     )
-    plot = Box(left=56, top=12, right=width - 16, bottom=height - 40)
+    plot = Box(left=56, top=12, right=width - 32, bottom=height - 40)
     sizes = [s for pairs in values.values() for s, _ in pairs]
     lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
     if hi - lo < 1:
@@ -159,6 +159,7 @@ class Bar:
     width: float
     status: str  # ok | fail | timeout | skipped | running: the CSS class
     label: str  # "bandwidth: timeout after 30.0 s — detail"
+    phase: str  # written inside the bar when it is wide enough
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ def timeline(
                 width=max((_end(p, end) - p["started"]) * scale, 1.5),
                 status=str(p.get("status")),
                 label=_bar_label(p),
+                phase=str(p.get("phase", "")),
             )
             for p in sorted(lane_phases, key=lambda p: p["started"])
         ]

@@ -32,7 +32,7 @@ def test_healthy_answer() -> None:
     assert answer(fixture_document("healthy-check")) == (
         "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, GPUDirect RDMA off, "
         "2 channels, Ring with Simple for ≥ 64 KiB, Tree with LL below (predicted by NCCL's "
-        "tuning model). No problems found. Peak bus bandwidth 13.46 GB/s at 64 MiB."
+        "tuning model). No problems found. Peak bus bandwidth 9.73 GB/s at 64 MiB."
     )
 
 
