@@ -7,17 +7,20 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import preflight
+from nccldoctor.cli import check, explain, preflight, watch
 from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
     name="nccldoctor",
-    help="Diagnose multi-node NCCL and PyTorch DDP: preflight a node, explain NCCL logs.",
+    help="Diagnose multi-node NCCL and PyTorch DDP: preflight, check, explain, watch, report.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 app.command("preflight")(preflight.preflight)
+app.command("explain")(explain.explain)
+app.command("check")(check.check)
+app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
 app.command("report")(report_command.report)
 
 

@@ -13,6 +13,8 @@ class EnvProblem:
     value: str
     problem: str
     suggestion: str | None = None  # did-you-mean name, or a corrected value
+    kind: str = "malformed"  # malformed | unknown-name | ignored
+    effect: str | None = None  # what NCCL will actually do with it ("reads as 0")
 
 
 @dataclass
@@ -35,3 +37,5 @@ class EnvFacts:
     gloo_socket_ifname: list[str] | None = None
     ib_hca: IfList | None = None
     nccl_conf_files: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> vars
+    effective: dict[str, str] = field(default_factory=dict)  # NCCL_* after conf files (env wins)
+    sources: dict[str, str] = field(default_factory=dict)  # NCCL_* name -> env | conf file path

@@ -16,6 +16,8 @@ class GpuDevice:
     mig_enabled: bool | None = None
     ecc_uncorrected_volatile: int | None = None
     nvlink_links_up: int | None = None
+    mig_uuids: list[str] = field(default_factory=list)  # MIG-... of its MIG instances
+    read_errors: list[str] = field(default_factory=list)  # "ecc: Not Supported" (NVML said no)
 
 
 @dataclass
@@ -26,6 +28,7 @@ class TorchCuda:
     version: str | None = None
     cuda_build: str | None = None  # CUDA toolkit torch was built with; None for CPU builds
     nccl_version: str | None = None  # the NCCL bundled with torch
+    nccl_source: str | None = None  # the file or wheel that NCCL version was read from
     available: bool | None = None  # torch.cuda.is_available(), only when it was asked
     device_count: int | None = None
 
@@ -34,10 +37,13 @@ class TorchCuda:
 class GpuFacts:
     nvml_available: bool = False
     nvml_error: str | None = None  # why NVML could not be used (no library, no driver ...)
+    kernel_driver: str | None = None  # first line of /proc/driver/nvidia/version
+    device_files: list[str] = field(default_factory=list)  # /dev/nvidia* entries
     driver_version: str | None = None
     cuda_driver_version: str | None = None  # e.g. "12.4"
     devices: list[GpuDevice] = field(default_factory=list)
     cuda_visible_devices: str | None = None  # raw value, None when unset
     visible_nvml_indices: list[int] | None = None  # CUDA index i -> NVML index
     visible_unresolved: list[str] = field(default_factory=list)  # entries naming no device
+    cuda_device_order: str | None = None  # CUDA_DEVICE_ORDER (FASTEST_FIRST when unset)
     torch: TorchCuda = field(default_factory=TorchCuda)

@@ -18,6 +18,10 @@ class Interface:
     kind: str = "physical"  # physical | loopback | bridge | veth | bond | vlan | tun | virtual
     driver: str | None = None
     veth_peer_ifindex: int | None = None  # iflink when it differs from ifindex
+    operstate: str | None = None  # up | down | unknown | dormant ... (/sys/class/net/X/operstate)
+    mac: str | None = None
+    bridge_ports: list[str] = field(default_factory=list)  # brif/* of a bridge
+    bond_slaves: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -29,6 +33,7 @@ class Route:
     source: str | None = None
     gateway: str | None = None
     error: str | None = None
+    method: str = "kernel"  # kernel (`ip route get`) | table (longest prefix over /proc/net/route)
 
 
 @dataclass
@@ -42,5 +47,11 @@ class NetworkFacts:
     master_addresses: list[str] = field(default_factory=list)  # resolved
     master_resolve_error: str | None = None
     route_to_master: Route | None = None
-    ip_local_port_range: tuple[int, int] | None = None
+    ip_local_port_range: list[int] | None = None  # [low, high]; a list so JSON round-trips
     nccl_default_pick: str | None = None  # what NCCL's documented order would pick
+    nccl_default_pick_address: str | None = None
+    nccl_pick: str | None = None  # what NCCL's bootstrap would use with this env (IFNAME honoured)
+    nccl_pick_address: str | None = None
+    live: bool = True  # read from the running kernel (False: a captured tree under --root)
+    address_source: str | None = None  # psutil | <root>/run/nccldoctor/ip-addr.json | None
+    read_errors: list[str] = field(default_factory=list)  # files that were missing or garbled

@@ -23,6 +23,8 @@ class IbPort:
     link_layer: str = ""  # InfiniBand | Ethernet
     gids: list[Gid] = field(default_factory=list)
     netdev: str | None = None
+    state_raw: str = ""  # as the kernel wrote it: "4: ACTIVE"
+    phys_state_raw: str = ""  # "5: LinkUp"
 
 
 @dataclass
@@ -39,3 +41,6 @@ class RdmaFacts:
     hcas: list[Hca] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)  # relevant loaded kernel modules
     peer_memory_module: str | None = None  # nvidia_peermem | nv_peer_mem | None
+    peer_memory_evidence: list[str] = field(default_factory=list)  # files that prove it loaded
+    modules_readable: bool = False  # /proc/modules could be read (else modules are unknown)
+    read_errors: list[str] = field(default_factory=list)  # sysfs files missing or garbled

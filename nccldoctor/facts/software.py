@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class NcclLibrary:
-    path: str
-    origin: str  # torch | nvidia-nccl wheel | system
-    version: str | None = None  # "2.21.5", from ncclGetVersion
+    path: str  # as the node sees it (absolute, without a fixture root)
+    origin: str  # LD_PRELOAD | LD_LIBRARY_PATH | torch | nvidia wheel | system
+    version: str | None = None  # "2.21.5", from ncclGetVersion (or the file name under a fixture)
     error: str | None = None
 
 
@@ -22,6 +22,7 @@ class SoftwareFacts:
     torch_version: str | None = None
     torch_cuda: str | None = None
     torch_nccl: str | None = None
-    cuda_runtime: str | None = None
+    cuda_runtime: str | None = None  # "12.4", from cudaRuntimeGetVersion (or the file name)
+    cuda_runtime_path: str | None = None
     nccl_libraries: list[NcclLibrary] = field(default_factory=list)
     packages: dict[str, str] = field(default_factory=dict)  # psutil, pynvml ... versions

@@ -22,15 +22,22 @@ def _gpu(facts: NodeFacts) -> str:
     gpu = facts.gpu
     if not gpu.nvml_available:
         return f"no NVIDIA driver: {gpu.nvml_error}" if gpu.nvml_error else "no NVIDIA driver"
-    names = sorted({d.name for d in gpu.devices}) or ["no GPU"]
-    return f"{len(gpu.devices)} × {', '.join(names)}, driver {gpu.driver_version}"
+    names = sorted({d.name for d in gpu.devices})
+    line = f"{len(gpu.devices)} × {', '.join(names)}" if names else "no GPU"
+    line += f", driver {gpu.driver_version}"
+    if gpu.cuda_driver_version:
+        line += f" (CUDA {gpu.cuda_driver_version})"
+    if gpu.cuda_visible_devices is not None:
+        line += f", CUDA_VISIBLE_DEVICES={gpu.cuda_visible_devices}"
+    return line
 
 
 def _software(facts: NodeFacts) -> str:
     sw = facts.software
     parts = [f"Python {sw.python}"] if sw.python else []
     if sw.torch_version:
-        parts.append(f"torch {sw.torch_version}")
+        build = f"CUDA {sw.torch_cuda}" if sw.torch_cuda else "CPU build"
+        parts.append(f"torch {sw.torch_version} ({build})")
     versions = sorted({lib.version for lib in sw.nccl_libraries if lib.version})
     if versions:
         parts.append(f"NCCL {', '.join(versions)}")
@@ -40,11 +47,19 @@ def _software(facts: NodeFacts) -> str:
 def _network(facts: NodeFacts) -> str:
     net = facts.network
     route = net.route_to_master
+    if net.master_resolve_error:
+        return f"master {net.master} does not resolve"
+    if route and route.error:
+        return f"no route to {route.destination}"
     if route and route.interface:
         mtu = next((i.mtu for i in net.interfaces if i.name == route.interface), None)
-        return f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")
+        line = f"{route.interface} → {route.destination}" + (f", MTU {mtu}" if mtu else "")
+        if net.nccl_pick and net.nccl_pick != route.interface:
+            line += f", NCCL picks {net.nccl_pick}"
+        return line
     up = [i.name for i in net.interfaces if i.up and i.kind != "loopback"]
-    return f"interfaces up: {', '.join(up)}" if up else ""
+    line = f"interfaces up: {', '.join(up)}" if up else ""
+    return f"{line}, NCCL picks {net.nccl_pick}" if line and net.nccl_pick else line
 
 
 def _rdma(facts: NodeFacts) -> str:
@@ -53,7 +68,10 @@ def _rdma(facts: NodeFacts) -> str:
         return "no HCA"
     active = sum(p.state == "ACTIVE" for h in hcas for p in h.ports)
     ports = sum(len(h.ports) for h in hcas)
-    return f"{len(hcas)} HCA, {active}/{ports} ports ACTIVE"
+    layers = sorted({p.link_layer for h in hcas for p in h.ports if p.link_layer})
+    kind = f" ({', '.join('RoCE' if x == 'Ethernet' else x for x in layers)})" if layers else ""
+    gdr = facts.rdma.peer_memory_module or "no peer memory"
+    return f"{len(hcas)} HCA{kind}, {active}/{ports} ports ACTIVE, {gdr}"
 
 
 def _container(facts: NodeFacts) -> str:
@@ -63,9 +81,18 @@ def _container(facts: NodeFacts) -> str:
         where += f", {c.network_mode} network"
     if c.shm_size_bytes:
         where += f", /dev/shm {c.shm_size_bytes / 2**20:.0f} MiB"
+    if c.memlock_soft is not None:
+        where += ", memlock " + (
+            "unlimited" if c.memlock_soft == -1 else f"{c.memlock_soft // 1024} KiB"
+        )
     return where
 
 
 def _environment(facts: NodeFacts) -> str:
     n = len(facts.env.variables)
-    return f"{n} relevant variable{'s' if n != 1 else ''} set"
+    line = f"{n} relevant variable{'s' if n != 1 else ''} set"
+    files = len(facts.env.nccl_conf_files)
+    if files:
+        line += f", {files} nccl.conf file{'s' if files != 1 else ''}"
+    problems = len(facts.env.problems)
+    return line + (f", {problems} not understood by NCCL" if problems else "")

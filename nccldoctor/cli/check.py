@@ -1,0 +1,172 @@
+"""`nccldoctor check`: run on every node; proves the nodes can train together, or says where not."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nccldoctor.cli.console import abort, stderr, stdout, supports_unicode
+from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.report import Report
+from nccldoctor.views.terminal import render_terminal
+
+
+def check(
+    master: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_MASTER",
+            help="The master node's address (default: MASTER_ADDR, or Slurm's first node).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_NODES",
+            help="How many nodes "
+            "(default: from the launcher; else the master waits for a quiet moment).",
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_PORT",
+            help=f"The store port (default {DEFAULT_PORT}; the next port is used too).",
+        ),
+    ] = None,
+    node_rank: Annotated[
+        int | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_NODE_RANK",
+            help="This node's rank (default: 0 on the node owning --master, others at join).",
+        ),
+    ] = None,
+    procs_per_node: Annotated[
+        int | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_PROCS_PER_NODE",
+            help="Worker processes on this node (default: visible GPUs, 1 without).",
+        ),
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            envvar="NCCLDOCTOR_BACKEND", help="auto (nccl with CUDA, gloo without), nccl or gloo."
+        ),
+    ] = "auto",
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_TIMEOUT",
+            help="Seconds for every wait (reach, rendezvous, init, collectives ...).",
+        ),
+    ] = None,
+    phase_timeout: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--phase-timeout",
+            help="NAME=SECONDS for one budget (repeatable; env NCCLDOCTOR_TIMEOUT_<NAME>).",
+        ),
+    ] = None,
+    mnist_root: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_MNIST_ROOT",
+            help="Folder with MNIST IDX files (synthetic data otherwise).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(envvar="NCCLDOCTOR_OUT", help="Where the reports and worker logs go.")
+    ] = Path("nccldoctor-check"),
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_NODE_NAME",
+            help="This node's name in the report (default: hostname).",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_TOKEN",
+            show_default=False,
+            help="Shared secret every node must present (never written to a report).",
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+) -> None:
+    """Check that the nodes can train together. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
+    from nccldoctor.cluster.agent import run_check
+
+    try:
+        config = config_from_args(
+            master=master,
+            nodes=nodes,
+            port=port,
+            node_rank=node_rank,
+            procs_per_node=procs_per_node,
+            backend=backend,
+            timeout=timeout,
+            phase_timeouts=phase_timeout or (),
+            mnist_root=mnist_root,
+            out=out,
+            token=token,
+            node_name=node_name,
+            env=os.environ,
+        )
+    except ConfigError as exc:
+        raise abort(str(exc)) from None
+    command = redact_token(["nccldoctor", *sys.argv[1:]])
+    report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
+    if json_out:
+        stdout.out(json.dumps(report.to_dict(), indent=1))
+    else:
+        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+        stdout.print(verdict_line(report))
+        stdout.print(f"Report: {path}")
+    raise typer.Exit(report.exit_code)
+
+
+def verdict_line(report: Report) -> str:
+    """One sentence: the hang verdict when there is one, else what the run measured."""
+    hang = report.extra.get("hang")
+    if hang:
+        return f"Verdict: {hang['verdict']}"
+    cluster = report.extra.get("cluster") or {}
+    if not report.completed:
+        return (
+            f"Verdict: the run could not complete ({report.extra.get('run', {}).get('aborted')})."
+        )
+    rows = (report.extra.get("bandwidth") or {}).get("rows") or []
+    busbw = (
+        f", allreduce busbw {rows[-1]['busbw_gbps']:.2f} GB/s at {rows[-1]['size_bytes']} B"
+        if rows
+        else ""
+    )
+    return (
+        f"Verdict: {report.verdict}: {len(cluster.get('nodes', []))} node(s), world size "
+        f"{cluster.get('world_size')}{busbw}."
+    )
+
+
+def redact_token(argv: list[str]) -> list[str]:
+    """The command line for the report, without the shared secret."""
+    redacted, hide = [], False
+    for arg in argv:
+        if hide:
+            redacted.append("***")
+            hide = False
+        elif arg == "--token":
+            redacted.append(arg)
+            hide = True
+        elif arg.startswith("--token="):
+            redacted.append("--token=***")
+        else:
+            redacted.append(arg)
+    return redacted

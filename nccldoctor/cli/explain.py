@@ -1,0 +1,68 @@
+"""`nccldoctor explain LOG...`: what NCCL did (transport, algorithm) and why it failed or hung."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.ncclog import InputError, expand_inputs
+from nccldoctor.ncclog import explain as explain_logs
+from nccldoctor.report import Report
+from nccldoctor.views.terminal import render_terminal
+
+
+def explain(
+    logs: Annotated[
+        list[str],
+        typer.Argument(help="Log files, folders (recursive), globs, .gz files, or - for stdin."),
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", envvar="NCCLDOCTOR_HTML", help="Also write an HTML report here."),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", envvar="NCCLDOCTOR_JOBS", help="Parser processes (default: CPUs)."
+        ),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+) -> None:
+    """Explain NCCL_DEBUG=INFO logs. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    try:
+        sources = expand_inputs(logs)
+    except InputError as exc:
+        raise abort(str(exc)) from None
+    render_html = _html_renderer() if html else None
+    extra, findings = explain_logs(sources, jobs=jobs)
+    report = Report(
+        kind="explain",
+        findings=findings,
+        command=["nccldoctor", *sys.argv[1:]],
+        area_status={"logs": f"{len(sources)} file{'s' if len(sources) != 1 else ''}"},
+        extra=extra,
+    )
+    if render_html is not None and html is not None:
+        html.write_text(render_html(report), encoding="utf-8")
+    if json_out:
+        stdout.out(json.dumps(report.to_dict(), indent=1))
+    else:
+        stdout.print(extra["answer"])
+        stdout.print()
+        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+    raise typer.Exit(report.exit_code)
+
+
+def _html_renderer():
+    """The HTML view, when it is installed; a usage error otherwise (checked before parsing)."""
+    try:
+        from nccldoctor.views.html import render_html
+    except ImportError:
+        raise abort("--html needs nccldoctor.views.html, which this build does not have") from None
+    return render_html

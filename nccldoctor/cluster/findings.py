@@ -1,0 +1,272 @@
+"""Findings about the run's own observations before the workers: reach, gate, rendezvous.
+
+Node facts are judged by ``checks/`` (node and cluster scope); what only the run can see — a
+connect that timed out, the address the master saw, a refused token, a node that never came —
+is judged here. Each function is pure: observations in, findings out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nccldoctor.cluster.gate import Hello, HelloReply
+from nccldoctor.cluster.reach import ReachResult
+from nccldoctor.cluster.rendezvous import NodeEntry, World
+from nccldoctor.model import Finding, Severity
+
+SKEW_WARN_S = 5.0
+
+
+def reach_findings(r: ReachResult, port: int, node: str) -> list[Finding]:
+    if r.resolve_error:
+        return [
+            Finding(
+                "run.master-unresolvable",
+                "env_config",
+                Severity.FAIL,
+                f"the master {r.master!r} does not resolve on node {node}",
+                [r.resolve_error],
+                "Use the master's numeric IP on every node (--master 10.10.10.2), or fix /etc/hosts "
+                "or DNS so that every node resolves the same address.",
+                area="network",
+                node=node,
+            )
+        ]
+    if r.connected:
+        return []
+    where = f"{r.addresses[0]}:{port}" if r.addresses else f"{r.master}:{port}"
+    evidence = [
+        f"{r.attempts} attempts in {r.elapsed_s:.1f} s; last: {r.error}",
+        f"route: {r.interface or '?'} (source {r.source or '?'})",
+    ]
+    if r.refused and not r.timed_out:
+        return [
+            Finding(
+                "run.master-refused",
+                "connect_refused_or_timeout",
+                Severity.FAIL,
+                f"nothing listens on {where}: the master's nccldoctor never started, or --port differs",
+                evidence,
+                "Start `nccldoctor check` on the master (the node owning the address) with the same "
+                "--port, or check that --master names the right node.",
+                area="network",
+                node=node,
+            )
+        ]
+    return [
+        Finding(
+            "run.master-port-blocked",
+            "firewall_or_port",
+            Severity.FAIL,
+            f"connecting from node {node} to {where} got no answer: a firewall drops the port",
+            evidence,
+            f"Allow TCP port {port} and {port + 1} (and NCCL's ephemeral ports) between the nodes, "
+            f"e.g. on the master: iptables -I INPUT -p tcp -s <node subnet> -j ACCEPT "
+            "(or ufw allow from <node subnet>, or open the cloud security group).",
+            area="network",
+            node=node,
+        )
+    ]
+
+
+def hello_findings(reply: HelloReply, advertised: str, node: str, gate: str) -> list[Finding]:
+    if reply.refused:
+        return [
+            Finding(
+                "run.token-refused",
+                "env_config",
+                Severity.FAIL,
+                f"the master refused node {node}: {reply.error}",
+                [f"gate: {gate}"],
+                "Give every node the same --token (or NCCLDOCTOR_TOKEN).",
+                area="cluster",
+                node=node,
+            )
+        ]
+    if not reply.ok:
+        return [
+            Finding(
+                "run.gate-unreachable",
+                "firewall_or_port",
+                Severity.FAIL,
+                f"node {node} reached the store port but not nccldoctor's port {gate}",
+                [reply.error],
+                "Open the port after --port too (nccldoctor's own listener).",
+                area="network",
+                node=node,
+            )
+        ]
+    if reply.seen and advertised and reply.seen != advertised:
+        return [
+            Finding(
+                "run.nat",
+                "docker_network",
+                Severity.FAIL,
+                f"node {node} sits behind NAT: it advertises {advertised}, the master sees "
+                f"{reply.seen}; NCCL's peers will not reach the advertised address",
+                [f"advertised (route source): {advertised}", f"seen by the master: {reply.seen}"],
+                "Run the container with --network host (and --ipc host or a large --shm-size); "
+                "publishing ports (-p) does not help NCCL, which uses random ports.",
+                area="network",
+                node=node,
+            )
+        ]
+    return []
+
+
+def interface_findings(
+    node: str,
+    route_interface: str | None,
+    interfaces: Mapping[str, Sequence[str]],
+    env: Mapping[str, str],
+    nccl_pick: str | None,
+) -> list[Finding]:
+    """The interface the kernel routes to the master through vs the one NCCL/gloo will use."""
+    findings = []
+    fix = (
+        f"export NCCL_SOCKET_IFNAME=={route_interface} GLOO_SOCKET_IFNAME={route_interface}"
+        if route_interface
+        else "Set NCCL_SOCKET_IFNAME to the interface that reaches the master."
+    )
+    gloo = env.get("GLOO_SOCKET_IFNAME")
+    if gloo:
+        names = [n.strip() for n in gloo.split(",") if n.strip()]
+        bad = [n for n in names if n not in interfaces or not interfaces[n]]
+        if bad or any(n.startswith(("^", "=")) for n in names):
+            findings.append(
+                Finding(
+                    "run.gloo-ifname-wrong",
+                    "interface_selection",
+                    Severity.FAIL,
+                    f"GLOO_SOCKET_IFNAME={gloo} names no usable interface on node {node}",
+                    [
+                        f"interfaces with IPv4: {', '.join(sorted(k for k, v in interfaces.items() if v))}",
+                        f"route to the master: {route_interface}",
+                    ],
+                    fix + "  (gloo takes exact names only, no ^ or =)",
+                    area="network",
+                    node=node,
+                )
+            )
+    nccl = env.get("NCCL_SOCKET_IFNAME")
+    if nccl:
+        matched = nccl_matches(nccl, interfaces)
+        if not matched or (route_interface and route_interface not in matched):
+            findings.append(
+                Finding(
+                    "run.nccl-ifname-wrong",
+                    "interface_selection",
+                    Severity.FAIL,
+                    f"NCCL_SOCKET_IFNAME={nccl} on node {node} selects "
+                    f"{', '.join(matched) or 'no interface'}, but the master is reached via "
+                    f"{route_interface}",
+                    [
+                        f"interfaces with IPv4: {', '.join(sorted(k for k, v in interfaces.items() if v))}"
+                    ],
+                    fix,
+                    area="network",
+                    node=node,
+                )
+            )
+    elif nccl_pick and route_interface and nccl_pick != route_interface:
+        findings.append(
+            Finding(
+                "run.nccl-picks-wrong-interface",
+                "interface_selection",
+                Severity.FAIL,
+                f"without NCCL_SOCKET_IFNAME NCCL on node {node} picks {nccl_pick}, but the master "
+                f"is reached via {route_interface}",
+                [
+                    f"{nccl_pick}: {', '.join(interfaces.get(nccl_pick, [])) or 'no IPv4'}",
+                    f"{route_interface}: {', '.join(interfaces.get(route_interface, []))}",
+                    "nccldoctor's own workers were pinned to the routed interface",
+                ],
+                fix,
+                area="network",
+                node=node,
+            )
+        )
+    return findings
+
+
+def nccl_matches(value: str, interfaces: Mapping[str, Sequence[str]]) -> list[str]:
+    """Interfaces (with IPv4) that NCCL_SOCKET_IFNAME selects: prefix list, ``^`` excludes,
+    ``=`` exact (NVIDIA/nccl src/misc/socket.cc, matchIfList)."""
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    wanted = [w.split(":")[0] for w in value.split(",") if w]
+
+    def hit(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return sorted(n for n, addrs in interfaces.items() if addrs and hit(n) != exclude)
+
+
+def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> list[Finding]:
+    """The master's view: refused nodes, nodes that never arrived, node-rank clashes."""
+    findings = []
+    joined = {(n.name, n.seen) for n in world.nodes}
+    for h in hellos:
+        if not h.accepted:
+            findings.append(
+                Finding(
+                    "run.node-refused",
+                    "env_config",
+                    Severity.FAIL,
+                    f"node {h.node} ({h.seen}) was refused: {h.reason}",
+                    [f"hello from {h.seen}"],
+                    "Give every node the same --token (or NCCLDOCTOR_TOKEN).",
+                    area="cluster",
+                    node=h.node,
+                )
+            )
+    reasons = {(h.node, h.seen): h.reason for h in hellos if h.accepted}
+    for name, seen in sorted(set(reasons) - joined):
+        findings.append(
+            Finding(
+                "run.node-never-joined",
+                "firewall_or_port",
+                Severity.FAIL,
+                f"node {name} ({seen}) reached nccldoctor's port {port + 1} but never joined the "
+                f"store on port {port}",
+                [f"hello from {seen}", f"the node says: {reasons[name, seen] or 'nothing more'}"],
+                f"Allow TCP port {port} on the master for {seen} (iptables -S / ufw status).",
+                area="cluster",
+                node=name,
+            )
+        )
+    if world.abort:
+        missing = ", ".join(world.missing) or "none"
+        findings.append(
+            Finding(
+                "run.nodes-missing",
+                "connect_refused_or_timeout",
+                Severity.FAIL,
+                f"{world.abort}; missing: {missing}",
+                [f"joined: {', '.join(f'{n.name} ({n.address})' for n in world.nodes)}"],
+                "Start `nccldoctor check` on every node within the rendezvous timeout, with the same "
+                "--master, --port and --nodes.",
+                area="cluster",
+            )
+        )
+    return findings
+
+
+def skew_findings(entries: Sequence[NodeEntry]) -> list[Finding]:
+    skewed = [e for e in entries if abs(e.skew_s) > SKEW_WARN_S]
+    if not skewed:
+        return []
+    return [
+        Finding(
+            "run.clock-skew",
+            "other",
+            Severity.WARN,
+            f"clocks differ from the master's by more than {SKEW_WARN_S:.0f} s on "
+            f"{', '.join(e.name for e in skewed)}",
+            [f"{e.name}: {e.skew_s:+.2f} s" for e in skewed],
+            "Run chrony/ntpd on every node: timestamps in logs and timeouts compare across nodes.",
+            area="cluster",
+        )
+    ]

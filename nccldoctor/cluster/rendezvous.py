@@ -1,0 +1,222 @@
+"""Rendezvous on a torch TCPStore hosted by the master agent: who came, and who is who.
+
+Keys live under ``nccldoctor/<run_id>/`` with one writer each (STYLE rule 10): every node takes a
+slot with ``add(count)`` and writes ``node/<slot>`` (its name, addresses, process count and
+Facts); the master alone writes ``world`` (node ranks, global rank offsets, who is missing);
+each node writes its own ``phase/<node_rank>`` and ``result/<node_rank>``. Readers wait with a
+deadline. torch is imported only here and only when a store is made.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+
+class RendezvousError(RuntimeError):
+    """The node could not join: the store was unreachable, the world never came, or no place."""
+
+
+@dataclass
+class NodeEntry:
+    """One node as it joined; ``facts`` is the serialised NodeFacts."""
+
+    slot: int
+    name: str
+    advertised: str = ""
+    seen: str = ""
+    procs: int = 1
+    cuda: bool = False
+    requested_rank: int | None = None
+    skew_s: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorldNode:
+    node_rank: int
+    slot: int
+    name: str
+    address: str
+    seen: str
+    procs: int
+    rank_offset: int  # global rank of this node's local rank 0
+
+
+@dataclass
+class World:
+    run_id: str
+    backend: str
+    nodes: list[WorldNode]
+    expected: int | None
+    missing: list[str] = field(default_factory=list)
+    abort: str | None = None  # why the run stops after rendezvous (missing nodes, clashes)
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.procs for n in self.nodes)
+
+    def node(self, slot: int) -> WorldNode | None:
+        return next((n for n in self.nodes if n.slot == slot), None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> World:
+        data = json.loads(text)
+        data["nodes"] = [WorldNode(**n) for n in data["nodes"]]
+        return cls(**data)
+
+
+class Keys:
+    """The store keys of one run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.prefix = f"nccldoctor/{run_id}"
+        self.count = f"{self.prefix}/count"
+        self.world = f"{self.prefix}/world"
+
+    def node(self, slot: int) -> str:
+        return f"{self.prefix}/node/{slot}"
+
+    def phase(self, node_rank: int) -> str:
+        return f"{self.prefix}/phase/{node_rank}"
+
+    def result(self, node_rank: int) -> str:
+        return f"{self.prefix}/result/{node_rank}"
+
+
+def host_store(port: int, timeout_s: float) -> Any:
+    """The master's TCPStore, listening on every interface at ``port``."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(
+        "127.0.0.1",
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def connect_store(master: str, port: int, timeout_s: float) -> Any:
+    from torch.distributed import TCPStore
+
+    try:
+        return TCPStore(master, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+    except Exception as exc:  # torch raises DistNetworkError/RuntimeError/TimeoutError
+        raise RendezvousError(f"could not connect to the store at {master}:{port}: {exc}") from exc
+
+
+def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:
+    """Take a slot (the master's is 0) and write this node's entry; the slot."""
+    if entry.slot != 0:
+        entry.slot = int(store.add(keys.count, 1))
+    store.set(keys.node(entry.slot), json.dumps(asdict(entry)))
+    return entry.slot
+
+
+def gather_entries(
+    store: Any, keys: Keys, expected: int | None, deadline: float, settle_s: float
+) -> list[NodeEntry]:
+    """The master's join window: until ``expected`` nodes, the deadline, or a quiet ``settle_s``."""
+    joined, changed = 0, time.monotonic()
+    while True:
+        now = int(store.add(keys.count, 0))
+        if now != joined:
+            joined, changed = now, time.monotonic()
+        if expected is not None and joined + 1 >= expected:
+            break
+        if expected is None and joined >= 1 and time.monotonic() - changed >= settle_s:
+            break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    entries = []
+    for slot in range(0, joined + 1):
+        try:
+            store.wait([keys.node(slot)], timedelta(seconds=2))
+            entries.append(NodeEntry(**json.loads(store.get(keys.node(slot)))))
+        except Exception:
+            continue  # took a slot but never wrote it: it is missing, named by count below
+    return entries
+
+
+def plan_world(run_id: str, backend: str, entries: list[NodeEntry], expected: int | None) -> World:
+    """Node ranks (requested ones kept, the rest in join order), rank offsets, who is missing."""
+    entries = sorted(entries, key=lambda e: e.slot)
+    extra = entries[expected:] if expected is not None else []
+    entries = entries[:expected] if expected is not None else entries
+    taken: dict[int, NodeEntry] = {}
+    clashes = []
+    for entry in entries:
+        want = entry.requested_rank
+        if want is None:
+            continue
+        if want in taken or (expected is not None and want >= expected):
+            clashes.append(f"{entry.name} asked for node rank {want}")
+        else:
+            taken[want] = entry
+    free = (r for r in range(len(entries) + len(clashes) + 1) if r not in taken)
+    for entry in entries:
+        if entry.requested_rank is None or taken.get(entry.requested_rank) is not entry:
+            taken[next(free)] = entry
+    nodes, offset = [], 0
+    for rank in sorted(taken):
+        e = taken[rank]
+        nodes.append(WorldNode(rank, e.slot, e.name, e.advertised, e.seen, e.procs, offset))
+        offset += e.procs
+    if backend == "auto":
+        backend = "nccl" if entries and all(e.cuda for e in entries) else "gloo"
+    world = World(run_id, backend, nodes, expected)
+    if expected is not None and len(entries) < expected:
+        present = {n.node_rank for n in nodes}
+        world.missing = [f"node rank {r}" for r in range(expected) if r not in present]
+        world.abort = f"only {len(entries)} of {expected} nodes joined before the deadline"
+    if clashes:
+        world.abort = "node ranks clash: " + "; ".join(clashes)
+    world.missing += [f"{e.name} (late: the world was full)" for e in extra]
+    return world
+
+
+def wait_world(store: Any, keys: Keys, timeout_s: float) -> World:
+    try:
+        store.wait([keys.world], timedelta(seconds=max(0.1, timeout_s)))
+        return World.from_json(store.get(keys.world))
+    except Exception as exc:
+        raise RendezvousError(f"the master never published the world: {exc}") from exc
+
+
+def set_phase(store: Any, keys: Keys, node_rank: int, phase: str) -> None:
+    """Best effort: the master names the last phase of a node that vanished."""
+    try:
+        store.set(keys.phase(node_rank), phase)
+    except Exception:
+        return
+
+
+def gather_results(
+    store: Any, keys: Keys, node_ranks: list[int], deadline: float
+) -> tuple[dict[int, dict], dict[int, str]]:
+    """The exit barrier: each node's report, waiting until ``deadline``; (results, last phases
+    of the nodes that never reported)."""
+    results: dict[int, dict] = {}
+    pending = set(node_ranks)
+    while pending:
+        for rank in sorted(pending):
+            if store.check([keys.result(rank)]):
+                results[rank] = json.loads(store.get(keys.result(rank)))
+                pending.discard(rank)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    last_phase = {}
+    for rank in pending:
+        last_phase[rank] = (
+            store.get(keys.phase(rank)).decode() if store.check([keys.phase(rank)]) else "unknown"
+        )
+    return results, last_phase

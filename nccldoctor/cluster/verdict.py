@@ -1,0 +1,199 @@
+"""What the workers' ends mean: the hang section, its one-sentence verdict, and the findings.
+
+The rank that stopped first is the cause; the others stopped because of it. A stuck rank (the
+watchdog had to stop it) comes first, then the earliest failure by its event time; every other
+rank is reported as a consequence ("rank 0 waited in barrier").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nccldoctor.cluster.watchdog import WORKER_PHASES
+from nccldoctor.model import Finding, Severity
+
+PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
+
+# Error text -> category, for what a rank's own error says (first match wins).
+_ERROR_CATEGORIES = (
+    (
+        ("unable to find address", "socket_ifname", "no socket interface", "ifname"),
+        "interface_selection",
+    ),
+    (
+        (
+            "connection closed",
+            "connection reset",
+            "broken pipe",
+            "remote process exited",
+            "peer closed",
+        ),
+        "remote_peer_closed",
+    ),
+    (("timed out", "timeout", "deadline"), "collective_timeout_hang"),
+    (("connection refused", "no route to host", "connect"), "connect_refused_or_timeout"),
+    (("cuda",), "cuda_error"),
+)
+
+
+def categorize(error: str | None) -> str:
+    text = (error or "").lower()
+    for needles, category in _ERROR_CATEGORIES:
+        if any(n in text for n in needles):
+            return category
+    return "other"
+
+
+def _phase_order(phase: str | None) -> int:
+    return WORKER_PHASES.index(phase) if phase in WORKER_PHASES else -1
+
+
+def _label(phase: str | None) -> str:
+    return PHASE_LABELS.get(phase or "startup", phase or "startup")
+
+
+def _first_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks that did not end well, cause first (stuck, then by failure time)."""
+    bad = [r for r in ranks if r["state"] != "ok"]
+
+    def key(r: dict[str, Any]) -> tuple:
+        return (
+            r["state"] != "stuck",
+            _phase_order(r["phase_reached"]),
+            r.get("ended_at") or float("inf"),
+            r["rank"],
+        )
+
+    return sorted(bad, key=key)
+
+
+def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The contract's ``hang`` section: null when every rank ended well and no node was lost."""
+    ordered = culprits(ranks)
+    if not ordered and not lost:
+        return None
+    sentences = [_sentence(r, i == 0) for i, r in enumerate(ordered)] + list(lost)
+    return {
+        "phase": ordered[0]["phase_reached"] if ordered else None,
+        "stuck": [
+            {
+                "node": r["node"],
+                "rank": r["rank"],
+                "phase": r["phase_reached"],
+                "last_nccl_line": (r["last_nccl_lines"] or [None])[-1],
+            }
+            for r in ordered
+            if r["state"] == "stuck"
+        ],
+        "verdict": "; ".join(sentences) + ".",
+    }
+
+
+def _sentence(r: dict[str, Any], cause: bool) -> str:
+    who = f"rank {r['rank']} on node {r['node']}"
+    phase = _label(r["phase_reached"])
+    if r["state"] == "stuck":
+        line = (r["last_nccl_lines"] or [None])[-1]
+        text = f"{who} never finished {phase}"
+        return text + (f"; its last NCCL line was {line!r}" if line else "")
+    error = _first_line(r["error"])
+    if not cause and categorize(error) in ("collective_timeout_hang", "remote_peer_closed"):
+        return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
+    verb = "crashed" if r["state"] == "crashed" else "failed"
+    return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
+
+
+def worker_findings(ranks: list[dict[str, Any]], results: dict[int, dict]) -> list[Finding]:
+    """The cause as a failing finding, the consequences as warnings, wrong results as failures."""
+    return rank_findings(ranks) + result_findings(results)
+
+
+def rank_findings(ranks: list[dict[str, Any]]) -> list[Finding]:
+    findings = []
+    for i, r in enumerate(culprits(ranks)):
+        category = "collective_timeout_hang" if r["state"] == "stuck" else categorize(r["error"])
+        evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
+        evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
+        evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
+        evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
+        evidence.append(f"log: {r['log_path']}")
+        findings.append(
+            Finding(
+                id="run.rank-stuck" if r["state"] == "stuck" else "run.rank-failed",
+                category=category,
+                severity=Severity.FAIL if i == 0 else Severity.WARN,
+                title=_sentence(r, i == 0),
+                evidence=evidence,
+                fix=_FIXES.get(category, _FIXES["other"]),
+                area="run",
+                node=r["node"],
+                rank=r["rank"],
+            )
+        )
+    return findings
+
+
+def result_findings(results: dict[int, dict]) -> list[Finding]:
+    findings = []
+    for rank, result in sorted(results.items()):
+        wrong = [c for c in result.get("correctness") or [] if not c.get("ok", True)]
+        if wrong:
+            findings.append(
+                Finding(
+                    id="run.allreduce-wrong",
+                    category="other",
+                    severity=Severity.FAIL,
+                    title=f"allreduce returned wrong values on rank {rank}",
+                    evidence=[
+                        f"{c.get('dtype')} × {c.get('count')}: {c.get('wrong')} wrong"
+                        for c in wrong
+                    ],
+                    fix="Wrong sums with a healthy network point at memory or GPU faults: run "
+                    "nvidia-smi -q -d ECC and NCCL's nccl-tests all_reduce_perf -c 1 on this node.",
+                    area="run",
+                    node=result.get("node"),
+                    rank=rank,
+                )
+            )
+        if rank == 0 and result.get("params_identical") is False:
+            findings.append(
+                Finding(
+                    id="run.ddp-replicas-differ",
+                    category="other",
+                    severity=Severity.FAIL,
+                    title="DDP replicas are not bit-identical after the training steps",
+                    evidence=[f"checksums: {result.get('checksums')}"],
+                    fix="Replicas diverge when gradients are reduced wrongly or a rank skips a "
+                    "step; check the allreduce correctness findings first.",
+                    area="run",
+                    node=result.get("node"),
+                    rank=rank,
+                )
+            )
+    return findings
+
+
+_FIXES = {
+    "collective_timeout_hang": (
+        "Look at the stuck rank's stacks and last NCCL lines in the report. A rank that never\n"
+        "enters the collective is a program bug; one that waits on the network points at a\n"
+        "blocked port or a wrong interface (see the network findings)."
+    ),
+    "remote_peer_closed": "A peer died first: read the first failing rank's error above.",
+    "interface_selection": (
+        "Set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME to the interface that routes to the\n"
+        "master on every node (see the reach findings), e.g. export NCCL_SOCKET_IFNAME==eth0"
+    ),
+    "connect_refused_or_timeout": (
+        "Allow TCP between the nodes on the interface in use (NCCL and gloo use ephemeral\n"
+        "ports in both directions): check iptables -S / ufw status / the security group."
+    ),
+    "cuda_error": "Run nvidia-smi on this node and read the worker log named in the evidence.",
+    "other": "Read the worker log named in the evidence.",
+}

@@ -1,0 +1,91 @@
+"""The NCCL line envelope: ``[ts] host:pid:tid [dev] [file:line (func)] NCCL LEVEL msg``.
+
+Formats from NCCL's ``src/debug.cc`` (v2.18.6 … v2.30.7, and the 2.32.3 binary's strings):
+INFO ``%s:%d:%d [%d] NCCL INFO ``; WARN ``\\n%s:%d:%d [%d] %s:%d NCCL WARN `` (2.30.7+ adds
+``(%s)`` with the function after ``file:line``); TRACE ``%s:%d:%d [%d] %f %s:%d NCCL TRACE ``;
+CALL ``%s:%d:%d NCCL CALL `` (no device). 2.26+ may put an ``NCCL_DEBUG_TIMESTAMP_FORMAT`` stamp
+(any strftime text) in front. Launchers add their own prefixes (``[rank0]:`` from torchrun,
+``0: `` from srun, ``[1,0]<stdout>:`` from mpirun, ISO or syslog stamps); we do not strip those
+one by one: the host field is searched for after any such text, bounded by a separator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+# The head is everything before " NCCL <LEVEL> "; it is parsed once per distinct head (cached),
+# because within one process the head repeats on nearly every line.
+_HEAD = re.compile(
+    r"(?<![^\s\]:>|])(?P<host>[^:\s\[\]|]+):(?P<pid>\d+):(?P<tid>\d+)"
+    r"(?: \[(?P<dev>-?\d+)\])?"
+    r"(?: -?[\d.]+ \S+:\d+)?"  # TRACE: "%f func:line"
+    r"(?: (?P<file>\S+):(?P<line>\d+)(?: \((?P<func>[^)]*)\))?)?$"
+)
+LEVELS = ("INFO", "WARN", "CALL", "TRACE")
+_CACHE_LIMIT = 4096
+
+
+class Head(NamedTuple):
+    host: str
+    pid: int
+    tid: int
+    dev: int | None
+    file: str | None
+    line: int | None
+    func: str | None
+
+    @property
+    def key(self) -> str:
+        """The process a line belongs to: ``host:pid`` (threads of one process share it)."""
+        return f"{self.host}:{self.pid}"
+
+
+class Envelope(NamedTuple):
+    head: Head
+    level: str
+    msg: str
+
+
+_cache: dict[str, Head | None] = {}
+
+
+def parse_head(head: str) -> Head | None:
+    """Parse the text before `` NCCL LEVEL``; None when it carries no ``host:pid:tid``."""
+    found = _cache.get(head, False)
+    if found is not False:
+        return found  # type: ignore[return-value]
+    m = _HEAD.search(head)
+    parsed = None
+    if m:
+        dev, line = m["dev"], m["line"]
+        parsed = Head(
+            m["host"],
+            int(m["pid"]),
+            int(m["tid"]),
+            int(dev) if dev is not None else None,
+            m["file"],
+            int(line) if line is not None else None,
+            m["func"],
+        )
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()  # timestamps make heads unique; keep memory flat
+    _cache[head] = parsed
+    return parsed
+
+
+def parse_line(text: str) -> Envelope | None:
+    """Split one decoded line into its envelope, or None when it is not an NCCL debug line."""
+    at = text.find(" NCCL ")
+    if at < 0:
+        return None
+    rest = text[at + 6 :]
+    space = rest.find(" ")
+    level = rest if space < 0 else rest[:space]
+    if level not in LEVELS:
+        return None
+    head = parse_head(text[:at])
+    if head is None:
+        return None
+    msg = "" if space < 0 else rest[space + 1 :]
+    return Envelope(head, level, msg.rstrip("\r"))

@@ -1,0 +1,322 @@
+"""The streaming parser: blocks of lines in, per-process records out, in one pass.
+
+Hot path. Most of a long log is collective-trace lines (``AllReduce: opCount …``, one per call
+per rank with ``NCCL_DEBUG_SUBSYS=COLL``) and ``NCCL CALL`` lines. A rank's collective history
+is summarised by its latest operations per communicator, which is what the cross-rank analysis
+compares, so those lines are counted in C and only the last one per communicator and block
+(plus the final ones of the source) is parsed. Every other line is decoded, split into its
+envelope and folded through the kinds table. Memory per source: two blocks plus bounded records.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, fields
+
+from nccldoctor.ncclog.envelope import parse_line
+from nccldoctor.ncclog.inputs import Block, BlockReader, Source
+from nccldoctor.ncclog.kinds import match_kind
+from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
+from nccldoctor.ncclog.signals import SignatureHit, merge_hits, record
+
+COLL_NEEDLE = b": opCount "
+CALL_NEEDLE = b" NCCL CALL "
+TAIL_OPS = 32  # collective lines parsed at the end of a source
+SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
+MEMO_LIMIT = 4096
+POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
+
+
+@dataclass
+class LogSet:
+    """What all inputs said: processes by ``host:pid`` plus line accounting."""
+
+    processes: dict[str, ProcessLog] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    lines: int = 0
+    nccl_lines: int = 0
+    coll_lines: int = 0
+    call_lines: int = 0  # NCCL_DEBUG_SUBSYS=CALL trace, counted only
+    other_lines: int = 0  # not NCCL debug output (the app, PyTorch, the launcher)
+    unknown_lines: int = 0  # NCCL lines of no known kind
+    garbled_lines: int = 0  # say NCCL but have no parsable envelope
+    truncated_lines: int = 0
+    unknown_samples: list[str] = field(default_factory=list)
+    read_errors: list[str] = field(default_factory=list)
+    bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
+    signatures: dict[str, SignatureHit] = field(default_factory=dict)
+
+    def merge(self, other: LogSet) -> None:
+        for key, proc in other.processes.items():
+            mine = self.processes.get(key)
+            if mine is None:
+                self.processes[key] = proc
+            else:
+                _merge_into(mine, proc)
+        self.sources.extend(other.sources)
+        for name in (
+            "lines",
+            "nccl_lines",
+            "coll_lines",
+            "call_lines",
+            "other_lines",
+            "unknown_lines",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.garbled_lines += other.garbled_lines
+        self.truncated_lines += other.truncated_lines
+        self.unknown_samples.extend(
+            other.unknown_samples[: MAX_SAMPLES - len(self.unknown_samples)]
+        )
+        self.read_errors.extend(other.read_errors)
+        self.bare_versions.extend(v for v in other.bare_versions if v not in self.bare_versions)
+        merge_hits(self.signatures, other.signatures)
+
+
+def _merge_into(mine: object, other: object) -> None:
+    """Fold a second record of the same process (e.g. stdout and NCCL_DEBUG_FILE) into the first."""
+    for f in fields(mine):  # type: ignore[arg-type]
+        a, b = getattr(mine, f.name), getattr(other, f.name)
+        if f.name == "last_op":
+            if b is not None and (a is None or b.op_count > a.op_count):
+                setattr(mine, f.name, b)
+        elif isinstance(a, bool):
+            setattr(mine, f.name, a or b)
+        elif isinstance(a, int) and f.name in ("lines", "warn_count", "connections_dropped"):
+            setattr(mine, f.name, a + b)
+        elif isinstance(a, list):
+            a.extend(x for x in b[: max(0, 64 - len(a))] if x not in a)
+        elif isinstance(a, set):
+            a.update(b)
+        elif isinstance(a, dict):
+            for k, v in b.items():
+                if k not in a:
+                    a[k] = v
+                elif f.name == "comms":
+                    _merge_into(a[k], v)
+        elif a is None or a == "" or (hasattr(a, "rows") and not a.rows):
+            setattr(mine, f.name, b)
+
+
+class SourceParser:
+    """Parses one source; feed it blocks of whole lines, call ``finish``, read ``result``.
+
+    A block made only of collective lines of known communicators and ``NCCL CALL`` lines is
+    recognised by counting (``bytes.count`` in C: newlines, each communicator's needle, CALL
+    lines) and costs no Python per line: only the last line of each communicator in it is
+    parsed. Any other block is split into lines and its other lines are parsed one by one.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.result = LogSet(sources=[name])
+        self._last_key: str | None = None
+        self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
+        self._last_coll: Block | None = None  # its tail holds the latest collectives
+        self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
+
+    def _process(self, key: str, host: str, pid: int) -> ProcessLog:
+        proc = self.result.processes.get(key)
+        if proc is None:
+            proc = self.result.processes[key] = ProcessLog(key, host, pid, self.result.sources[:1])
+        self._last_key = key
+        return proc
+
+    def _comm_needles(self) -> dict[str, bytes]:
+        for proc in self.result.processes.values():
+            for ptr in proc.comms:
+                if ptr not in self._needles and ptr.startswith("0x"):
+                    self._needles[ptr] = f" comm {ptr} [nranks=".encode()
+        return self._needles
+
+    def feed(self, data: bytes, start: int, end: int) -> None:
+        """Take the whole lines ``data[start:end]``."""
+        active = self._region(data, start, end)
+        for ptr in active:  # each communicator's latest collective in this block
+            at = data.rfind(self._needles[ptr], start, end)
+            self.line(
+                data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)], counted=True
+            )
+        if active:
+            self._last_coll = (data, start, end)
+        self._mark_last(data, start, end)
+
+    def _region(self, data: bytes, start: int, end: int) -> set[str]:
+        """Account for ``data[start:end]``; return the communicators with collectives in it.
+
+        A region of nothing but known collectives and CALL lines is done by counting alone;
+        otherwise it is halved until the halves are small, and those are parsed line by line.
+        """
+        result = self.result
+        n_lines = data.count(b"\n", start, end)
+        n_call = data.count(CALL_NEEDLE, start, end)
+        per_comm = {
+            ptr: n
+            for ptr, needle in self._comm_needles().items()
+            if (n := data.count(needle, start, end))
+        }
+        n_known = sum(per_comm.values())
+        if n_known + n_call == n_lines:
+            result.lines += n_lines
+            result.nccl_lines += n_lines
+            result.coll_lines += n_known
+            result.call_lines += n_call
+            return set(per_comm)
+        if end - start > SPLIT_BYTES:
+            mid = data.find(b"\n", (start + end) // 2, end) + 1
+            if start < mid < end:
+                return self._region(data, start, mid) | self._region(data, mid, end)
+        result.lines += n_lines
+        n_coll = self._lines(data[start:end], n_call)
+        if n_coll > n_known:  # collectives of communicators we have not met: meet them
+            self._tail(data, start, end)
+        return {
+            ptr
+            for ptr, needle in self._comm_needles().items()
+            if data.find(needle, start, end) >= 0
+        }
+
+    def _lines(self, text: bytes, n_call: int) -> int:
+        """Parse every line but collective and CALL lines; return how many collectives it held."""
+        lines = text.split(b"\n")
+        lines.pop()  # regions end with a newline
+        rest = [line for line in lines if COLL_NEEDLE not in line and CALL_NEEDLE not in line]
+        n_coll = len(lines) - len(rest) - n_call
+        result = self.result
+        result.coll_lines += n_coll
+        result.call_lines += n_call
+        result.nccl_lines += n_coll + n_call
+        memo = self._memo
+        for raw in rest:
+            hit = memo.get(raw)
+            if hit is not None:
+                key, kind, m, env, line = hit
+                proc = result.processes[key]
+                kind.fold(proc, m, env)
+                proc.last_line = line
+                result.nccl_lines += 1
+            elif raw:
+                self.line(raw)
+        return n_coll
+
+    def _tail(self, data: bytes, start: int, end: int) -> None:
+        """Parse the last collective lines of ``data[start:end]``, oldest first."""
+        tail: list[bytes] = []
+        stop = end - 1
+        while stop > start and len(tail) < TAIL_OPS:
+            first = data.rfind(b"\n", start, stop) + 1 or start
+            if data.find(COLL_NEEDLE, first, stop) >= 0:
+                tail.append(data[first:stop])
+            stop = first - 1
+        for raw in reversed(tail):
+            self.line(raw, counted=True)
+
+    def finish(self) -> None:
+        if self._last_coll is not None:
+            self._tail(*self._last_coll)
+            self._last_coll = None
+
+    def _mark_last(self, data: bytes, start: int, end: int) -> None:
+        """The block's last NCCL line is the last line of its process so far."""
+        stop = end - 1
+        for _ in range(32):
+            first = max(start, data.rfind(b"\n", start, stop) + 1)
+            raw = data[first:stop]
+            if b" NCCL " in raw:
+                text = raw.decode("utf-8", "replace").rstrip("\r")
+                env = parse_line(text)
+                if env is not None:
+                    self._process(env.head.key, env.head.host, env.head.pid).last_line = text
+                return
+            if first <= start:
+                return
+            stop = first - 1
+
+    def line(self, raw: bytes, counted: bool = False) -> None:
+        """Parse one line (``counted``: already in the line accounting)."""
+        result = self.result
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        env = parse_line(text)
+        if env is None:
+            if "NCCL version " in text and "+cuda" in text and "NCCL INFO" not in text:
+                if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
+                    result.bare_versions.append(text.strip())
+            elif counted or " NCCL " in text:
+                result.garbled_lines += 1
+            elif text.strip():
+                result.other_lines += 1
+            if text.strip():
+                record(result.signatures, text, self._last_key)
+            return
+        if not counted:
+            result.nccl_lines += 1
+        head = env.head
+        proc = self._process(head.key, head.host, head.pid)
+        proc.last_line = text
+        if env.level == "WARN":
+            proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
+            record(result.signatures, env.msg, head.key)
+            return
+        if env.level == "CALL":
+            result.call_lines += 1
+            return
+        found = match_kind(env.msg)
+        if found is None:
+            result.unknown_lines += 1
+            if len(result.unknown_samples) < MAX_SAMPLES:
+                result.unknown_samples.append(text[:300])
+            return
+        kind, m = found
+        kind.fold(proc, m, env)
+        if kind.repeats:
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[raw] = (head.key, kind, m, env, text)
+
+
+def parse_source(name: str) -> LogSet:
+    """Parse one file (or ``-``); never raises on bad content."""
+    reader = BlockReader(name)
+    parser = SourceParser(name)
+    for data, start, end in reader:
+        parser.feed(data, start, end)
+    parser.finish()
+    result = parser.result
+    result.truncated_lines = reader.truncated
+    if reader.read_error:
+        result.read_errors.append(f"{name}: {reader.read_error}")
+    if len(result.processes) == 1:
+        next(iter(result.processes.values())).lines = result.lines
+    return result
+
+
+def parse_sources(
+    sources: Iterable[Source],
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LogSet:
+    """Parse every source, spreading files over ``jobs`` processes when that pays off."""
+    sources = list(sources)
+    merged = LogSet()
+    jobs = jobs or os.cpu_count() or 1
+    files = [s for s in sources if s.name != "-"]
+    pooled = jobs > 1 and len(files) > 1 and sum(s.size for s in files) >= POOL_MIN_BYTES
+    if pooled:
+        ctx = multiprocessing.get_context("fork")
+        names = [s.name for s in sorted(files, key=lambda s: -s.size)]  # big first: even finish
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
+            for name, result in zip(names, pool.map(parse_source, names), strict=True):
+                merged.merge(result)
+                if progress:
+                    progress(name)
+    for s in sources:
+        if pooled and s.name != "-":
+            continue
+        merged.merge(parse_source(s.name))
+        if progress:
+            progress(s.name)
+    merged.sources = [s.name for s in sources]
+    return merged

@@ -1,0 +1,96 @@
+"""Turn a watch outcome into the same Report document as `check`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.model import Finding
+from nccldoctor.ncclog.explain import explain
+from nccldoctor.ncclog.inputs import Source
+from nccldoctor.report import Report
+from nccldoctor.watch.supervisor import WatchOutcome
+from nccldoctor.watch.verdict import crash_verdict, hang_verdict, rank_state
+
+
+def explain_job_logs(log_dir: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """What the job's NCCL logs and its ranks' tracebacks say: the summary and known signatures."""
+    files = sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")])
+    if not files:
+        return {}, []
+    return explain([Source(str(p), p.stat().st_size) for p in files])
+
+
+def watch_report(
+    outcome: WatchOutcome, command: Sequence[str], log_dir: Path, final: bool = True
+) -> Report:
+    states = sorted(
+        (rank_state(e) for e in outcome.evidence),
+        key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.evidence.process.pid),
+    )
+    # Only the processes that are ranks matter (torchrun's own agent is not one).
+    ranked = [s for s in states if s.rank is not None] or states
+    hang = None
+    if outcome.hung:
+        sentence, findings = hang_verdict(ranked, outcome.idle_s)
+        hang = {
+            "phase": "training",
+            "stuck": [
+                {
+                    "node": s.evidence.process.host,
+                    "rank": s.rank,
+                    "phase": "training",
+                    "last_nccl_line": (s.evidence.last_nccl_lines or [None])[-1],
+                }
+                for s in ranked
+            ],
+            "verdict": sentence,
+        }
+    elif outcome.exit_code != 0:
+        sentence, findings = crash_verdict(ranked, outcome.exit_code)
+    else:
+        sentence, findings = "The job finished successfully.", []
+    nccl, log_findings = explain_job_logs(log_dir)
+    seen = {f.id for f in findings}
+    findings += [f for f in log_findings if f.id not in seen]
+    return Report(
+        kind="watch",
+        findings=findings,
+        command=list(command),
+        completed=final and not outcome.ended_by_watch,
+        extra={
+            **nccl,
+            "watch": {
+                "exit_code": outcome.exit_code,
+                "hung": outcome.hung,
+                "ended_by_watch": outcome.ended_by_watch,
+                "idle_s": round(outcome.idle_s, 1),
+                "duration_s": round(outcome.duration_s, 1),
+                "verdict": sentence,
+                "output_tail": outcome.output_tail,
+            },
+            "hang": hang,
+            "ranks": [
+                {
+                    "rank": s.rank,
+                    "node": s.evidence.process.host,
+                    "local_rank": s.evidence.process.local_rank,
+                    "pid": s.evidence.process.pid,
+                    "phase_reached": "training",
+                    "exit_code": None,
+                    "where": s.where,
+                    "in_collective": s.in_collective,
+                    "last_collective_seq": s.last_seq,
+                    "last_nccl_lines": s.evidence.last_nccl_lines,
+                    "stacks": s.evidence.stacks,
+                    "stacks_source": s.evidence.stacks_source,
+                    "flight_recorder": s.evidence.flight_recorder,
+                    "flight_recorder_error": s.evidence.flight_recorder_error,
+                    "error": s.evidence.error,
+                    "log_path": s.evidence.nccl_log,
+                }
+                for s in ranked
+            ],
+        },
+    )

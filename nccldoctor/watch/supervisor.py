@@ -1,0 +1,215 @@
+"""Run the user's command exactly as they would, watch it from outside, report a hang or crash.
+
+The command's stdin is inherited; its stdout and stderr are copied through byte for byte (so the
+watcher sees output move); its exit code is returned unchanged. The watcher's own loop wakes once
+a second and reads a few /proc files, so an idle watch costs well under 1% of a core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import psutil
+
+from nccldoctor.debugenv import debug_env
+from nccldoctor.watch.evidence import collect, known_processes
+from nccldoctor.watch.liveness import LivenessTracker, Sample
+from nccldoctor.watch.peers import WatchPeers
+
+INJECT_DIR = Path(__file__).parent / "inject"
+POLL_S = 1.0
+GATHER_S = 20.0  # how long a watcher waits for the other nodes' evidence after a hang
+TERMINATE_GRACE_S = 10.0
+
+
+@dataclass
+class WatchConfig:
+    command: list[str]
+    out_dir: Path
+    hang_after_s: float = 120.0
+    keep_running: bool = False
+    peers: WatchPeers | None = None  # the other nodes' watchers, when --master is given
+
+
+@dataclass
+class WatchOutcome:
+    exit_code: int  # the job's own code; 3 when the watcher ended a hung job
+    hung: bool
+    ended_by_watch: bool
+    idle_s: float
+    evidence: list = field(default_factory=list)
+    output_tail: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+def job_env(user_env: dict[str, str], watch_dir: Path) -> dict[str, str]:
+    """The user's env plus what makes the job observable (never overriding the user)."""
+    env = dict(user_env)
+    env.update(debug_env(user_env, watch_dir))
+    env["NCCLDOCTOR_WATCH_DIR"] = str(watch_dir)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(INJECT_DIR), user_env.get("PYTHONPATH")) if p
+    )
+    return env
+
+
+class _Pump(threading.Thread):
+    """Copies one of the job's streams to ours, counting bytes and keeping the last lines."""
+
+    def __init__(self, source: BinaryIO, sink: BinaryIO, tail: deque[str]) -> None:
+        super().__init__(daemon=True)
+        self.source, self.sink, self.tail, self.bytes = source, sink, tail, 0
+
+    def run(self) -> None:
+        partial = b""
+        while chunk := self.source.read1(65536):
+            self.sink.write(chunk)
+            self.sink.flush()
+            self.bytes += len(chunk)
+            *lines, partial = (partial + chunk).split(b"\n")
+            self.tail.extend(ln.decode("utf-8", errors="replace") for ln in lines)
+            partial = partial[-4096:]
+
+
+def run_watched(
+    config: WatchConfig,
+    on_event: Callable[[str], None] = lambda _: None,
+    on_hang: Callable[[WatchOutcome], None] = lambda _: None,
+) -> WatchOutcome:
+    """Run the job to its end (or until it hangs and is ended); ``on_hang`` sees a hang at once."""
+    watch_dir = config.out_dir
+    watch_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    job = subprocess.Popen(
+        config.command,
+        env=job_env(dict(os.environ), watch_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the whole job can be signalled as one process group
+    )
+    tail: deque[str] = deque(maxlen=50)
+    pumps = [
+        _Pump(job.stdout, sys.stdout.buffer, tail),  # type: ignore[arg-type]
+        _Pump(job.stderr, sys.stderr.buffer, tail),  # type: ignore[arg-type]
+    ]
+    for pump in pumps:
+        pump.start()
+    previous = _forward_signals(job)
+    tracker = LivenessTracker(start=started)
+    outcome: WatchOutcome | None = None
+    try:
+        while job.poll() is None:
+            now = time.monotonic()
+            tracker.observe(_sample(job.pid, watch_dir, now, sum(p.bytes for p in pumps)))
+            idle = tracker.job_idle_for(now)
+            if outcome is None and _hang_seen(config, idle):
+                on_event(f"no progress for {idle:.0f} s: collecting stacks and Flight Recorder")
+                outcome = WatchOutcome(3, True, False, idle, _hang_evidence(config, watch_dir))
+                outcome.output_tail = list(tail)
+                on_hang(outcome)
+                if not config.keep_running:
+                    on_event("ending the hung job")
+                    _end(job)
+                    outcome.ended_by_watch = True
+            time.sleep(POLL_S)
+    finally:
+        _restore_signals(previous)
+    for pump in pumps:
+        pump.join(timeout=5)
+    if outcome is None:
+        ranks = list(known_processes(watch_dir).values())
+        outcome = WatchOutcome(
+            _shell_code(job.returncode), False, False, 0.0, collect(watch_dir, ranks, False)
+        )
+    elif not outcome.ended_by_watch:
+        outcome.exit_code = _shell_code(job.returncode)
+    outcome.output_tail = list(tail)
+    outcome.duration_s = time.monotonic() - started
+    return outcome
+
+
+def _hang_seen(config: WatchConfig, idle_s: float) -> bool:
+    """This node's job stopped moving, or another node's watcher said so."""
+    if idle_s >= config.hang_after_s:
+        if config.peers:
+            config.peers.announce_hang()
+        return True
+    return bool(config.peers and config.peers.hang_announced())
+
+
+def _hang_evidence(config: WatchConfig, watch_dir: Path) -> list:
+    """This node's ranks, asked for stacks and Flight Recorder, plus the other nodes' ranks."""
+    local = collect(watch_dir, list(known_processes(watch_dir).values()), want_stacks=True)
+    if not config.peers:
+        return local
+    config.peers.publish(local)
+    return local + config.peers.gather(deadline=time.monotonic() + GATHER_S)
+
+
+def _shell_code(returncode: int) -> int:
+    """A job killed by signal N exits 128+N, as a shell would report it."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _sample(root_pid: int, watch_dir: Path, now: float, output_bytes: int) -> Sample:
+    cpu: dict[int, float] = {}
+    try:
+        root = psutil.Process(root_pid)
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                cpu[proc.pid] = times.user + times.system
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        pass
+    logs = {}
+    for path in watch_dir.glob("nccl.*.log"):
+        try:
+            logs[str(path)] = path.stat().st_size
+        except OSError:
+            continue
+    return Sample(time=now, cpu_seconds=cpu, log_bytes=logs, output_bytes=output_bytes)
+
+
+def _end(job: subprocess.Popen) -> None:
+    """SIGTERM the job's process group, then SIGKILL what is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, TERMINATE_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(job.pid, sig)
+        except OSError:
+            return
+        try:
+            job.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _forward_signals(job: subprocess.Popen) -> dict[int, object]:
+    """Ctrl-C and SIGTERM go to the job, which decides; the watcher keeps watching."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda s, _f: _signal_group(job, s))
+    return previous
+
+
+def _signal_group(job: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(job.pid, sig)
+
+
+def _restore_signals(previous: dict[int, object]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -1,0 +1,117 @@
+"""A small launcher for worker tests: a TCPStore master here, N real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL_SIZES = [4**k for k in range(1, 11)]  # 4 B … 1 MiB: quick on two cores
+
+
+@dataclass
+class Ranks:
+    procs: list[subprocess.Popen]
+    dirs: list[Path]
+    started: float
+
+    def wait(self, timeout: float) -> list[int]:
+        end = time.monotonic() + timeout
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(timeout=max(0.1, end - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+        return codes
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def result(self, rank: int) -> dict[str, Any]:
+        return json.loads((self.dirs[rank] / "result.json").read_text())
+
+    def events(self, rank: int) -> list[dict[str, Any]]:
+        path = self.dirs[rank] / "events.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def output(self, rank: int) -> str:
+        return (self.dirs[rank] / "worker.log").read_text(errors="replace")
+
+
+def start_store() -> Any:
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
+    )
+
+
+def launch(
+    tmp: Path,
+    store: Any,
+    n: int,
+    *,
+    fault: str | None = None,
+    timeouts: dict[str, float] | None = None,
+    **config: Any,
+) -> Ranks:
+    """Start n workers with the contract's env, each with its own rank_dir under tmp."""
+    run_id = f"t{os.getpid()}x{time.monotonic_ns()}"
+    procs, dirs = [], []
+    for rank in range(n):
+        rank_dir = tmp / f"rank{rank}"
+        rank_dir.mkdir(parents=True)
+        cfg = WorkerConfig(
+            run_id=run_id,
+            backend="gloo",
+            rank_dir=str(rank_dir),
+            timeouts=WorkerTimeouts(**{"bandwidth_budget": 2.0, **(timeouts or {})}),
+            bandwidth_sizes=config.pop("bandwidth_sizes", SMALL_SIZES),
+            ddp_steps=config.pop("ddp_steps", 3),
+            **config,
+        )
+        path = cfg.write(rank_dir / "config.json")
+        env = {k: v for k, v in os.environ.items() if k != "NCCLDOCTOR_FAULT"}
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(n),
+            GROUP_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(store.port),
+            GLOO_SOCKET_IFNAME="lo",
+            PYTHONPATH=str(REPO),
+            PYTHONFAULTHANDLER="1",
+        )
+        if fault:
+            env["NCCLDOCTOR_FAULT"] = fault
+        log = (rank_dir / "worker.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "nccldoctor.cluster.worker", "--config", str(path)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,
+            )
+        )
+        log.close()
+        dirs.append(rank_dir)
+    return Ranks(procs, dirs, time.monotonic())

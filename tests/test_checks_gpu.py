@@ -1,0 +1,130 @@
+"""GPU checks: each one made to fire by a real-shaped node, and kept quiet by a healthy one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pynvml
+from fake_nvml import FakeNvml
+
+from checks import get_check
+from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.gpu import TorchCuda
+from nccldoctor.model import Finding, Severity
+from nccldoctor.probes import gpu
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
+
+
+def node(env: dict[str, str] | None = None, **gpus) -> NodeFacts:
+    """A node whose GPUs NVML reports as FakeNvml(**gpus), under ``env``."""
+    return NodeFacts(node="gpu-node", gpu=gpu.probe(Path("/"), env or {}, nvml=FakeNvml(**gpus)))
+
+
+def run(check_id: str, facts: NodeFacts) -> list[Finding]:
+    return get_check(check_id).run(facts, node=facts.node)
+
+
+def test_no_gpu_fires_without_a_driver():
+    facts = NodeFacts(
+        gpu=gpu.probe(Path("/"), {}, nvml=FakeNvml(pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
+    )
+    (finding,) = run("gpu.no-gpu", facts)
+    assert finding.severity is Severity.FAIL and finding.category == "gpu_visibility"
+    assert finding.evidence[0] == "NVML: NVMLError_DriverNotLoaded: Driver Not Loaded"
+    assert "nvidia-smi" in finding.fix
+
+
+def test_no_gpu_with_device_files_points_at_the_container_runtime():
+    facts = NodeFacts(
+        gpu=gpu.probe(Path("/"), {}, nvml=FakeNvml(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    )
+    facts.gpu.device_files = ["/dev/nvidia0", "/dev/nvidiactl"]
+    (finding,) = run("gpu.no-gpu", facts)
+    assert "docker run --gpus all" in finding.fix
+
+
+def test_no_gpu_quiet_with_gpus():
+    assert run("gpu.no-gpu", node()) == []
+
+
+def test_visible_devices_hide_all_fires_on_empty_value():
+    (finding,) = run("gpu.visible-devices-hide-all", node({"CUDA_VISIBLE_DEVICES": ""}))
+    assert finding.title == "CUDA_VISIBLE_DEVICES='' hides every GPU from CUDA"
+    assert finding.evidence == ["CUDA_VISIBLE_DEVICES=''", "NVML sees 2 GPU(s)"]
+
+
+def test_visible_devices_hide_all_without_nvml_reads_the_value():
+    facts = NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}))
+    (finding,) = run("gpu.visible-devices-hide-all", facts)
+    assert finding.severity is Severity.FAIL
+
+
+def test_visible_devices_hide_all_quiet():
+    assert run("gpu.visible-devices-hide-all", node({"CUDA_VISIBLE_DEVICES": "1"})) == []
+    assert run("gpu.visible-devices-hide-all", node()) == []
+
+
+def test_visible_devices_missing_fires():
+    (finding,) = run("gpu.visible-devices-missing", node({"CUDA_VISIBLE_DEVICES": "0,3,1"}))
+    assert finding.title == "CUDA_VISIBLE_DEVICES names 3, 1, which this node does not have"
+    assert "export CUDA_VISIBLE_DEVICES=0" in finding.fix
+
+
+def test_visible_devices_missing_quiet():
+    uuid = "GPU-9a41d3e0-77c2-4b5f-8e1d-6c0f2a9b3d47"
+    assert run("gpu.visible-devices-missing", node({"CUDA_VISIBLE_DEVICES": f"{uuid},0"})) == []
+
+
+def test_compute_mode_exclusive_fires():
+    (finding,) = run("gpu.compute-mode-exclusive", node(gpu1={"mode": 3}))
+    assert finding.severity is Severity.WARN
+    assert finding.title == "GPU 1 is in Exclusive_Process compute mode"
+    assert "sudo nvidia-smi -i 1 -c DEFAULT" in finding.fix
+    (prohibited,) = run("gpu.compute-mode-exclusive", node(gpu0={"mode": 2}))
+    assert prohibited.severity is Severity.FAIL
+
+
+def test_compute_mode_exclusive_quiet():
+    assert run("gpu.compute-mode-exclusive", node()) == []
+
+
+def test_mig_enabled_fires():
+    (finding,) = run("gpu.mig-enabled", node(gpu0={"mig": [1, 1]}))
+    assert finding.severity is Severity.WARN
+    assert "sudo nvidia-smi -i 0 -mig 0" in finding.fix
+    assert "MIG-0c5e0" in finding.evidence[0]
+
+
+def test_mig_enabled_quiet():
+    assert run("gpu.mig-enabled", node(gpu1={"mig": None})) == []
+
+
+def test_ecc_uncorrected_fires():
+    (finding,) = run("gpu.ecc-uncorrected", node(gpu1={"ecc": 4}))
+    assert finding.severity is Severity.FAIL and finding.category == "cuda_error"
+    assert finding.evidence == [
+        "GPU 1 NVIDIA H100 80GB HBM3 00000000:2A:00.0: 4 uncorrected (volatile)"
+    ]
+    assert "sudo nvidia-smi -r -i 1" in finding.fix
+
+
+def test_ecc_uncorrected_quiet():
+    assert run("gpu.ecc-uncorrected", node(gpu0={"ecc": None})) == []
+
+
+def test_driver_older_than_torch_cuda_fires():
+    facts = node()
+    facts.gpu.torch = TorchCuda(installed=True, version="2.13.0+cu130", cuda_build="13.0")
+    (finding,) = run("gpu.driver-older-than-torch-cuda", facts)
+    assert finding.title == "torch is built for CUDA 13.0, the driver supports CUDA 12.4 at most"
+    assert (
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
+        in finding.fix
+    )
+
+
+def test_driver_older_than_torch_cuda_quiet():
+    facts = node()
+    facts.gpu.torch = TorchCuda(installed=True, version="2.4.1+cu121", cuda_build="12.1")
+    assert run("gpu.driver-older-than-torch-cuda", facts) == []

@@ -1,0 +1,129 @@
+"""Each network check fires on a captured host that has the problem and stays quiet otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hostfacts import copy_host, findings, host_facts
+
+from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.network import Interface, NetworkFacts, Route
+from nccldoctor.model import Severity
+
+IB = "ib-two-hca"
+MASTER = "198.18.10.12"  # gpu-ib-02, on eno1's subnet
+
+
+def _one(check_id: str, facts: NodeFacts):
+    (finding,) = findings(check_id, facts)
+    return finding
+
+
+def test_ifname_missing():
+    hit = _one("socket.ifname-missing", host_facts(IB, {"NCCL_SOCKET_IFNAME": "eth9"}, MASTER))
+    assert hit.severity is Severity.FAIL and "eth9" in hit.title
+    assert "export NCCL_SOCKET_IFNAME==eno1" in hit.fix
+    assert not findings("socket.ifname-missing", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=eno1"}))
+
+
+def test_ifname_unusable_down_or_loopback():
+    down = _one("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib1"}, MASTER))
+    assert down.severity is Severity.FAIL and "none is running" in down.title
+    lo = _one("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}, MASTER))
+    assert "loopback" in lo.title
+    assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}))
+    v6_only = {"NCCL_SOCKET_IFNAME": "eno1", "NCCL_SOCKET_FAMILY": "AF_INET6"}
+    assert findings("socket.ifname-unusable", host_facts(IB, v6_only))  # eno1 has no IPv6
+    assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib0"}))
+
+
+def test_ifname_not_routed():
+    hit = _one("socket.ifname-not-routed", host_facts(IB, {"NCCL_SOCKET_IFNAME": "=ib0"}, MASTER))
+    assert "through eno1" in hit.title and "NCCL_SOCKET_IFNAME==eno1" in hit.fix
+    env = {"NCCL_SOCKET_IFNAME": "=eno1"}
+    assert not findings("socket.ifname-not-routed", host_facts(IB, env, MASTER))
+
+
+def test_gloo_ifname_missing():
+    hit = _one("gloo.ifname-missing", host_facts(IB, {"GLOO_SOCKET_IFNAME": "eth0"}, MASTER))
+    assert hit.fix == "export GLOO_SOCKET_IFNAME=eno1"
+    assert not findings("gloo.ifname-missing", host_facts(IB, {"GLOO_SOCKET_IFNAME": "eno1"}))
+
+
+def test_gloo_ifname_syntax():
+    hit = _one("gloo.ifname-syntax", host_facts(IB, {"GLOO_SOCKET_IFNAME": "^lo"}, MASTER))
+    assert "Unable to find address for: ^lo" in hit.evidence[1]
+    assert not findings("gloo.ifname-syntax", host_facts(IB, {"GLOO_SOCKET_IFNAME": "eno1"}))
+
+
+def test_default_pick_differs_from_route():
+    hit = _one("socket.default-pick-differs", host_facts(IB, {}, MASTER))
+    assert "bootstrap on ib0" in hit.title and "NCCL_SOCKET_IFNAME==eno1" in hit.fix
+    # a master on the IPoIB subnet is reached through ib0: NCCL's pick is right
+    assert not findings("socket.default-pick-differs", host_facts(IB, {}, "198.18.20.12"))
+
+
+def _bridge_node() -> NodeFacts:
+    bridge = Interface(
+        "br0", index=2, up=True, running=True, ipv4=["198.18.50.1/24"], kind="bridge"
+    )
+    net = NetworkFacts(interfaces=[bridge], nccl_pick="br0", nccl_pick_address="198.18.50.1/24")
+    return NodeFacts(node="n", network=net, multi_node=True)
+
+
+def test_pick_virtual():
+    hit = _one("socket.pick-virtual", _bridge_node())
+    assert "br0 is a bridge" in hit.evidence[0]
+    assert not findings("socket.pick-virtual", host_facts(IB, {}, MASTER))
+
+
+def test_hostname_loopback():
+    hit = _one("host.hostname-loopback", host_facts("hosts-loopback", {}, MASTER))
+    assert "127.0.1.1" in hit.title and "198.18.40.12 trainer-02" in hit.fix
+    assert not findings("host.hostname-loopback", host_facts("hosts-loopback", {}))  # one node
+    assert not findings("host.hostname-loopback", host_facts(IB, {}, MASTER))
+
+
+def test_master_unresolvable():
+    hit = _one("master.unresolvable", host_facts(IB, {}, "nowhere.invalid"))
+    assert hit.severity is Severity.FAIL
+    assert not findings("master.unresolvable", host_facts(IB, {}, MASTER))
+
+
+def test_master_loopback():
+    hit = _one("master.loopback", host_facts(IB, {}, "localhost"))
+    assert hit.severity is Severity.FAIL and "127.0.0.1" in hit.evidence[0]
+    single = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}
+    assert not findings("master.loopback", host_facts(IB, single, "127.0.0.1"))
+    assert not findings("master.loopback", host_facts(IB, {}, MASTER))
+
+
+def test_master_no_route(tmp_path: Path):
+    root = copy_host("hosts-loopback", tmp_path)
+    route = root / "proc/net/route"
+    route.write_text(
+        "".join(line for line in route.read_text().splitlines(True) if "00000000\t01" not in line)
+    )
+    hit = _one("master.no-route", host_facts(root, {}, "198.18.99.1"))
+    assert "unreachable" in hit.evidence[0]
+    assert not findings("master.no-route", host_facts("hosts-loopback", {}, "198.18.99.1"))
+
+
+def _nat_node(source: str) -> NodeFacts:
+    eth0 = Interface("eth0", index=12, up=True, running=True, ipv4=[f"{source}/16"], kind="veth")
+    route = Route("198.18.0.2", interface="eth0", source=source, gateway="172.17.0.1")
+    return NodeFacts(node="n", network=NetworkFacts(interfaces=[eth0], route_to_master=route))
+
+
+def test_master_nat_bridge():
+    hit = _one("master.nat-bridge", _nat_node("172.17.0.3"))
+    assert "--network host" in hit.fix and hit.category == "docker_network"
+    (captured,) = findings("master.nat-bridge", host_facts("docker-bridge", {}, MASTER))
+    assert "via gateway 172.17.0.1" in captured.title
+    assert not findings("master.nat-bridge", host_facts(IB, {}, "198.18.99.1"))  # gateway, no NAT
+
+
+def test_mtu_info():
+    hit = _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.12"))
+    assert hit.severity is Severity.INFO and "MTU 9000" in hit.title
+    assert not findings("network.mtu", host_facts("hosts-loopback", {}, MASTER))

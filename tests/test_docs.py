@@ -1,0 +1,201 @@
+"""The field guide: generated finding pages are up to date and every link in docs/ resolves."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checks import Check, Problem, all_checks
+from nccldoctor.docs import finding_doc_path
+from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
+from nccldoctor.docs.pages import load_refs, render_check_page, render_index
+from nccldoctor.model import CATEGORIES, Severity
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+EXPLICIT_ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
+FENCE = re.compile(r"^(`{3,}).*?^\1", re.M | re.S)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def run_docs(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "nccldoctor.docs", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_committed_docs_are_up_to_date():
+    result = run_docs("--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_names_stale_and_extra_files_and_write_repairs_them(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    index = docs / "findings" / "README.md"
+    index.write_text(index.read_text() + "hand edit\n")
+    (docs / "findings" / "no.such-finding.md").write_text("# left over\n")
+
+    result = run_docs("--check", "--docs-dir", str(docs))
+    assert result.returncode == 1
+    assert "findings/README.md" in result.stderr
+    assert "findings/no.such-finding.md" in result.stderr
+
+    assert run_docs("--docs-dir", str(docs)).returncode == 0
+    assert not (docs / "findings" / "no.such-finding.md").exists()
+    assert run_docs("--check", "--docs-dir", str(docs)).returncode == 0
+
+
+def test_missing_background_table_is_a_clear_error(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    refs = docs / "finding_refs.toml"
+    refs.write_text(refs.read_text().replace("[categories.p2p_error]", "[categories.p2p_typo]"))
+    result = run_docs("--check", "--docs-dir", str(docs))
+    assert result.returncode == 2
+    assert "p2p_error" in result.stderr and "p2p_typo" in result.stderr
+
+
+def test_every_check_and_signature_has_its_page():
+    checks, signatures = catalogue()
+    for entry in [*checks, *signatures]:
+        page = REPO / finding_doc_path(entry.id)
+        assert page.is_file(), f"{entry.id}: no {page}"
+        assert f"# `{entry.id}`" in page.read_text()
+
+
+def test_finding_doc_path_names_exactly_the_generated_pages():
+    checks, signatures = catalogue()
+    generated = {f"docs/{path}" for path in generate(DOCS, checks, signatures)}
+    expected = {finding_doc_path(e.id) for e in [*checks, *signatures]}
+    assert generated == expected | {"docs/findings/README.md"}
+    assert (
+        finding_doc_path("net.x.crashed") == finding_doc_path("net.x") == "docs/findings/net.x.md"
+    )
+
+
+def test_every_page_links_back_to_the_index():
+    for page in (DOCS / "findings").glob("*.md"):
+        if page.name != "README.md":
+            assert "](README.md" in page.read_text(), page.name
+
+
+def test_every_category_has_background():
+    refs = load_refs(DOCS)
+    assert set(refs) == set(CATEGORIES)
+    assert all(len(ref.background) > 100 for ref in refs.values())
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading slugs plus explicit <a id> anchors of one markdown page."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    anchors = set(EXPLICIT_ANCHOR.findall(text))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", heading).replace(" ", "-"))
+    return anchors
+
+
+def test_internal_links_in_docs_resolve():
+    pages = sorted(DOCS.rglob("*.md"))
+    assert len(pages) >= 7, "the hand-written guide pages are missing"
+    broken = []
+    for page in pages:
+        text = CODE_SPAN.sub("", FENCE.sub("", page.read_text(encoding="utf-8")))
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def _cluster_rule(nodes):
+    """Node facts differ across nodes (a rule for this test only).
+
+    Compares ``NCCL_*`` across nodes; see NVIDIA/nccl#626 and `NVIDIA/nccl#1`.
+    """
+
+
+def test_check_page_shows_the_docstring_scope_and_background():
+    refs = load_refs(DOCS)
+    rule = Check("cluster.env-differs", "cluster", "env_config", "cluster", _cluster_rule, "")
+    page = render_check_page(rule, refs)
+    assert "Compares `NCCL_*` across nodes" in page
+    assert "[NVIDIA/nccl#626](https://github.com/NVIDIA/nccl/issues/626)" in page
+    assert "`NVIDIA/nccl#1`" in page  # code spans stay code
+    assert "nccldoctor check --master ADDR --nodes N" in page
+    assert f"function `{_cluster_rule.__name__}`" in page
+    assert refs["env_config"].title in page
+    assert "No description yet." in page
+
+
+def test_index_groups_registered_checks_by_area():
+    checks = all_checks()
+    index = render_index(checks, [], load_refs(DOCS))
+    for c in checks:
+        assert f'<a id="area-{c.area}"></a>' in index
+        assert f"[`{c.id}`]({c.id}.md)" in index
+    for category in CATEGORIES:
+        assert f'<a id="category-{category}"></a>' in index
+
+
+@pytest.mark.parametrize("bad", ["../escape", "x.crashed", "README", "with space"])
+def test_ids_that_cannot_name_a_page_are_refused(bad):
+    rule = Check(bad, "cluster", "other", "cluster", _cluster_rule, "")
+    with pytest.raises(ValueError, match="finding id"):
+        generate(DOCS, [rule], [])
+
+
+def test_write_pages_reports_nothing_when_current(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    pages = generate(docs, *catalogue())
+    assert write_pages(docs, pages) == []
+    assert stale_files(docs, pages) == []
+
+
+def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
+    rule = Check("cluster.env-differs", "cluster", "env_config", "cluster", _cluster_rule, "")
+    page = render_check_page(rule, load_refs(DOCS), [], "Seen as `Message truncated`.")
+    assert "## What goes wrong\n\nSeen as `Message truncated`." in page
+
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    refs = docs / "finding_refs.toml"
+    text = refs.read_text()
+    text = text if "\n[notes]\n" in text else text + "\n[notes]\n"
+    refs.write_text(text.replace("\n[notes]\n", '\n[notes]\n"no.such-check" = "text"\n'))
+    result = run_docs("--check", "--docs-dir", str(docs))
+    assert result.returncode == 2
+    assert "no.such-check" in result.stderr
+
+
+def _warns_or_fails(facts):
+    """Warns or fails (a rule for this test only)."""
+    return Problem(Severity.WARN if facts else Severity.FAIL, "t")
+
+
+def test_check_page_names_the_severities_its_body_uses():
+    refs = load_refs(DOCS)
+    rule = Check("test.sev", "network", "other", "node", _warns_or_fails, "Warns or fails.")
+    assert "| can report | `fail`, `warn` |" in render_check_page(rule, refs)
+    silent = Check("test.none", "network", "other", "node", _cluster_rule, "")
+    assert "can report" not in render_check_page(silent, refs)

@@ -1,0 +1,114 @@
+"""`nccldoctor watch` over a real torchrun job (gloo, 2 ranks on this host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXAMPLE_JOB = Path(__file__).parent / "example_job.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_watch(tmp_path: Path, fault: str | None, hang_after: float = 6.0, extra: tuple = ()):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # py-spy
+    env.pop("EXAMPLE_FAULT", None)
+    if fault:
+        env["EXAMPLE_FAULT"] = fault
+    out = tmp_path / "watch"
+    cmd = [
+        sys.executable, "-m", "nccldoctor", "watch", "--out", str(out),
+        "--hang-after", str(hang_after), *extra, "--",
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(EXAMPLE_JOB),
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    elapsed = time.monotonic() - started
+    report = json.loads((out / "report.json").read_text())
+    return proc, report, elapsed
+
+
+def test_healthy_job_passes_through(tmp_path):
+    proc, report, _ = run_watch(tmp_path, None)
+    assert proc.returncode == 0, proc.stderr
+    # the job's own output passes through unchanged
+    assert "rank 0 step 7 loss" in proc.stdout and "rank 1 step 7 loss" in proc.stdout
+    assert report["kind"] == "watch"
+    assert report["watch"]["exit_code"] == 0 and not report["watch"]["hung"]
+    assert report["findings"] == []
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+
+
+def test_stalled_rank_is_named_with_its_step(tmp_path):
+    proc, report, elapsed = run_watch(tmp_path, "stall:1:3", hang_after=6.0)
+    assert proc.returncode == 3, proc.stderr
+    assert elapsed < 6.0 + 60  # the hang is reported and the job ended, not left running
+    finding = next(f for f in report["findings"] if f["id"] == "watch.hang")
+    assert finding["category"] == "collective_timeout_hang"
+    assert finding["rank"] == 1
+    verdict = report["watch"]["verdict"]
+    assert "rank 1" in verdict and "is behind" in verdict
+    assert "example_job.py" in verdict
+    # the step comes from py-spy's locals when py-spy is installed (it is a test dependency)
+    assert "step=3" in verdict
+    behind = next(r for r in report["ranks"] if r["rank"] == 1)
+    ahead = next(r for r in report["ranks"] if r["rank"] == 0)
+    assert behind["last_collective_seq"] < ahead["last_collective_seq"]  # Flight Recorder
+    assert report["hang"]["stuck"]
+
+
+def test_raising_rank_is_the_cause_and_exit_code_passes_through(tmp_path):
+    proc, report, _ = run_watch(tmp_path, "raise:0:2")
+    assert proc.returncode == 1  # torchrun's own exit code for a failed worker
+    assert report["watch"]["exit_code"] == 1
+    finding = next(f for f in report["findings"] if f["id"] == "watch.rank-failed")
+    assert finding["rank"] == 0
+    assert "example failure on rank 0 at step 2" in finding["title"]
+    assert "example_job.py" in finding["title"]
+
+
+def test_plain_exit_code_passes_through(tmp_path):
+    out = tmp_path / "w"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "watch", "--out", str(out), "--",
+         sys.executable, "-c", "import sys; print('hi'); sys.exit(7)"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 7
+    assert proc.stdout == "hi\n"
+    assert json.loads((out / "report.json").read_text())["watch"]["exit_code"] == 7
+
+
+def test_missing_command_is_a_usage_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "watch", "--out", str(tmp_path), "--", "no-such-cmd-x"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "no-such-cmd-x" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_bad_hang_after(tmp_path, value):
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "watch", "--hang-after", value, "--", "true"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
