@@ -48,19 +48,31 @@ def banner(document: dict[str, Any]) -> str:
 
 
 def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
-    """The NCCL log summary: the `nccl` section, else explain's top-level keys, else {}."""
+    """The NCCL log summary's headline keys (issue 3): the `nccl` section when it has them, else
+    the top-level keys `explain` writes, else {}."""
     section = document.get("nccl")
-    if isinstance(section, dict):
+    if isinstance(section, dict) and any(k in section for k in NCCL_SUMMARY_KEYS):
         return section
-    if document.get("kind") == "explain":
-        return {k: document[k] for k in NCCL_SUMMARY_KEYS if k in document}
-    return {}
+    if not any(k in document for k in NCCL_SUMMARY_KEYS if k != "nodes"):  # core `nodes` only
+        return {}
+    return {k: document[k] for k in NCCL_SUMMARY_KEYS if k in document}
+
+
+def nccl_answer(document: dict[str, Any]) -> str:
+    """The log parser's own sentence: top-level ``answer`` (explain) or ``nccl.answer``."""
+    section = document.get("nccl")
+    candidates = [
+        document.get("answer"),
+        section.get("answer") if isinstance(section, dict) else None,
+    ]
+    return next((c for c in candidates if _text(c)), "")
 
 
 def answer(document: dict[str, Any]) -> str:
     """The paragraph under the banner: what NCCL chose, then what went wrong (or that nothing did)."""
     summary = nccl_summary(document)
-    sentences = [summary["answer"]] if _text(summary.get("answer")) else [nccl_sentence(summary)]
+    parsed = nccl_answer(document)
+    sentences = [parsed.rstrip(".") + "."] if parsed else [nccl_sentence(summary)]
     if not summary:
         sentences.append(_subject_sentence(document))
     sentences += [
@@ -124,13 +136,20 @@ def _algorithms(algorithms: list[dict[str, Any]]) -> str:
 
 
 def _subject_sentence(document: dict[str, Any]) -> str:
-    """ "Preflight of gpu-box-7." for a document without an NCCL summary."""
+    """ "Check of 2 ranks on vm, backend gloo." for a document without an NCCL summary."""
     nodes = document.get("nodes")
     names = (
         [n.get("node", "") for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
     )
+    names = [n for n in names if n]
     kind = _text(document.get("kind")).capitalize() or "Report"
-    return f"{kind} of {', '.join(n for n in names if n)}." if any(names) else ""
+    cluster = document.get("cluster") if isinstance(document.get("cluster"), dict) else {}
+    ranks = _count(cluster.get("world_size") or None, "rank")
+    backend = _text((document.get("bandwidth") or {}).get("backend") or cluster.get("backend"))
+    subject = " on ".join(p for p in (ranks, ", ".join(names)) if p)
+    if not subject:
+        return ""
+    return f"{kind} of {subject}" + (f", backend {backend}." if backend else ".")
 
 
 def _hang_sentence(document: dict[str, Any]) -> str:

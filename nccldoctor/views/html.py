@@ -51,8 +51,16 @@ def _environment(directory: Path) -> Any:
         gbps=format_gbps,
         short_transport=sections.short_transport,
         log_lines=log_lines,
+        num=number,
     )
     return env
+
+
+def number(value: Any, digits: int = 2) -> str:
+    """A measured number with ``digits`` decimals; anything else as it is ("" for None)."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def log_lines(lines: list[tuple[str, str]]) -> Any:
@@ -98,6 +106,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
     """Everything the template shows, arranged from the document by the section helpers."""
     key = banner(document)
     summary = nccl_summary(document)
+    comm = sections.communicator(document)
     bandwidth = sections.section(document, "bandwidth")
     phases = sections.items(document.get("phases"))
     return {
@@ -110,8 +119,9 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "finding_groups": sections.finding_groups(document),
         "summary": summary,
         "matrix": sections.transport_matrix(summary),
-        "rings": sections.ring_lines(summary),
-        "trees": sections.tree_lines(summary),
+        "rank_transports": sections.rank_transports(comm),
+        "rings": sections.ring_lines(summary, comm),
+        "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.items(bandwidth.get("rows")),
         "chart": charts.bandwidth_chart(

@@ -162,16 +162,33 @@ def transport_matrix(summary: dict[str, Any]) -> TransportMatrix | None:
     return TransportMatrix(ranks, {k: sorted(v) for k, v in cells.items()}, gdr)
 
 
-def ring_lines(summary: dict[str, Any]) -> list[str]:
+def communicator(document: dict[str, Any]) -> dict[str, Any]:
+    """The largest communicator of the log parser's full summary (``nccl.communicators[0]``,
+    or one level down when a report nests explain's section under ``nccl``)."""
+    nccl = section(document, "nccl")
+    for candidate in (nccl, section(nccl, "nccl")):
+        communicators = items(candidate.get("communicators"))
+        if communicators:
+            return communicators[0]
+    return {}
+
+
+def ring_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
+    """ "Channel 0: 0 → 1 → 2 → 0" from ``rings`` as a list of {channel, ranks} or {channel: ranks}."""
+    rings = summary.get("rings") or comm.get("rings")
+    if isinstance(rings, dict):
+        rings = [{"channel": channel, "ranks": ranks} for channel, ranks in rings.items()]
     lines = []
-    for ring in items(summary.get("rings")):
+    for ring in items(rings):
         ranks = [str(r) for r in ring.get("ranks") or []]
         if ranks:
             lines.append(f"Channel {ring.get('channel', '?')}: {' → '.join([*ranks, ranks[0]])}")
     return lines
 
 
-def tree_lines(summary: dict[str, Any]) -> list[str]:
+def tree_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
+    """One line per tree entry ({channel, rank, children, parent}), or per rank from the parser's
+    per-rank ``trees`` ({channel: "c0/c1/c2->rank->parent"})."""
     lines = []
     for tree in items(summary.get("trees")):
         children = ", ".join(str(c) for c in tree.get("children") or []) or "none"
@@ -180,7 +197,27 @@ def tree_lines(summary: dict[str, Any]) -> list[str]:
             f"Channel {tree.get('channel', '?')}: [{children}] → {tree.get('rank')} → "
             f"{parent if parent is not None else 'root'}"
         )
+    for rank in items(comm.get("ranks")):
+        trees = rank.get("trees")
+        if isinstance(trees, dict) and trees:
+            shapes = " ".join(f"[{channel}] {shape}" for channel, shape in trees.items())
+            lines.append(f"rank {rank.get('rank')}: {shapes}")
     return lines
+
+
+def rank_transports(comm: dict[str, Any]) -> list[tuple[Any, str, list[tuple[str, int, str]]]]:
+    """Per rank, the transports its connections use and how many: (rank, host, [(label, count,
+    css class)]), when the summary has no per-peer list to draw the matrix from."""
+    rows = []
+    for rank in items(comm.get("ranks")):
+        transports = rank.get("transports")
+        if isinstance(transports, dict) and transports:
+            cells = [
+                (str(label), count, TRANSPORT_CLASSES.get(transport_label(str(label)), "other"))
+                for label, count in transports.items()
+            ]
+            rows.append((rank.get("rank"), str(rank.get("host") or ""), cells))
+    return rows
 
 
 @dataclass

@@ -108,3 +108,18 @@ def test_the_harness_sees_a_request_and_a_console_error(browser: Chromium, tmp_p
     run, _ = browser.open(page)
     assert "http://nccldoctor.invalid/x.png" in run.requests
     assert "boom" in run.console_errors
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict", "answer"),
+    [
+        ("explain-ncclog", "Healthy", "AllReduce over 4 ranks on 1 node: P2P/CUMEM, 8 channels"),
+        ("check-gloo-1node", "Problems found", "Check of 2 ranks on vm, backend gloo."),
+    ],
+)
+def test_documents_the_producers_wrote_open_cleanly(
+    browser: Chromium, name: str, verdict: str, answer: str
+) -> None:
+    """explain and check output captured from their own code (tests/fixtures/reports/)."""
+    _, facts = open_page(browser, name, render_document_html(fixture_document(name)))
+    assert facts["verdict"] == verdict and facts["answer"].startswith(answer)

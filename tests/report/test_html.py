@@ -189,3 +189,12 @@ def test_odd_shapes_do_not_crash_the_page() -> None:
     }
     html = render_document_html(doc)
     assert '<section id="verdict" class="banner hang">' in html
+
+
+def test_parser_summary_gives_per_rank_transports_rings_and_trees() -> None:
+    """`explain`'s own `nccl` section has no per-peer list: a rank × transport table instead."""
+    html = render_document_html(fixture_document("explain-ncclog"))
+    assert 'id="rank-transports"' in html and 'id="transport-matrix"' not in html
+    assert '<span class="p2p">P2P/CUMEM × 16</span>' in html
+    assert "Channel 0: 0 → 1 → 2 → 3 → 0" in html
+    assert "rank 0: [0] 1/-1/-1-&gt;0-&gt;-1 [1]" in html
