@@ -75,9 +75,9 @@ def answer(document: dict[str, Any]) -> str:
     sentences = [parsed.rstrip(".") + "."] if parsed else [nccl_sentence(summary)]
     if not summary:
         sentences.append(_subject_sentence(document))
+    sentences.append(_hang_sentence(document) or _watch_sentence(document))
     sentences += [
-        _hang_sentence(document),
-        _findings_sentence(document),
+        _findings_sentence(document, said=" ".join(sentences)),
         _bandwidth_sentence(document),
     ]
     return " ".join(s for s in sentences if s)
@@ -168,15 +168,25 @@ def _hang_sentence(document: dict[str, Any]) -> str:
     return f"{sentence} {verdict[:1].upper()}{verdict[1:]}." if verdict else sentence
 
 
-def _findings_sentence(document: dict[str, Any]) -> str:
+def _watch_sentence(document: dict[str, Any]) -> str:
+    """`nccldoctor watch`'s own verdict on the job (when it did not hang)."""
+    watch = document.get("watch")
+    return _text(watch.get("verdict")) if isinstance(watch, dict) else ""
+
+
+def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
+    """ "2 problems: A; B." Titles already ``said`` in the paragraph are counted, not repeated."""
     findings = [f for f in document.get("findings") or [] if isinstance(f, dict)]
     for severity, noun in (("fail", "problem"), ("warn", "warning")):
-        titles = [f.get("title", "") for f in findings if f.get("severity") == severity]
+        found = [str(f.get("title", "")) for f in findings if f.get("severity") == severity]
+        if found and all(t.rstrip(".") in said for t in found):
+            return f"{_count(len(found), noun).capitalize()}."
+        titles = [t for t in found if t.rstrip(".") not in said] if said else found
         if titles:
-            named = "; ".join(titles[:_TITLES_NAMED])
+            named = "; ".join(str(t).rstrip(".") for t in titles[:_TITLES_NAMED])
             more = len(titles) - _TITLES_NAMED
             tail = f"; and {more} more" if more > 0 else ""
-            return f"{_count(len(titles), noun).capitalize()}: {named}{tail}."
+            return f"{_count(len(found), noun).capitalize()}: {named}{tail}."
     if not document.get("completed", True):
         return "The run could not complete."
     return "No problems found."

@@ -228,7 +228,7 @@ class RankLog:
     warnings: list[str]
     lines: list[tuple[str, str]]  # (kind, line); kind "warn" | "key" | ""
     stacks: str
-    flight_recorder: str
+    flight_recorder: list[str]
     log_path: str
     open: bool  # shown expanded: it warned or is stuck
 
@@ -243,7 +243,10 @@ def rank_logs(document: dict[str, Any]) -> list[RankLog]:
         summary = ", ".join(
             part
             for part in (
+                str(entry["state"]) if entry.get("state") else "",
                 f"reached {entry['phase_reached']}" if entry.get("phase_reached") else "",
+                f"at {entry['where']}" if entry.get("where") else "",
+                str(entry["error"]).splitlines()[0][:200] if entry.get("error") else "",
                 f"exit code {entry['exit_code']}" if entry.get("exit_code") is not None else "",
                 f"{len(raw)} lines kept",
                 f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}" if warnings else "",
@@ -259,12 +262,27 @@ def rank_logs(document: dict[str, Any]) -> list[RankLog]:
                 warnings=warnings,
                 lines=lines,
                 stacks=str(entry.get("stacks") or ""),
-                flight_recorder=str(entry.get("flight_recorder") or ""),
+                flight_recorder=flight_recorder_lines(entry.get("flight_recorder")),
                 log_path=str(entry.get("log_path") or ""),
                 open=bool(warnings) or entry.get("rank") in stuck,
             )
         )
     return logs
+
+
+def flight_recorder_lines(value: Any, last: int = 10) -> list[str]:
+    """PyTorch's Flight Recorder as lines: the dump's path, or its last entries (collective
+    sequence number, name, state)."""
+    if isinstance(value, str) and value:
+        return [f"dump: {value}"]
+    entries = items(value.get("entries") if isinstance(value, dict) else value)
+    lines = [
+        f"#{e.get('collective_seq_id', '?')} {e.get('profiling_name', '?')} {e.get('state', '?')}"
+        for e in entries[-last:]
+    ]
+    if len(entries) > last:
+        lines.insert(0, f"... {len(entries) - last} earlier entries")
+    return lines
 
 
 def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:

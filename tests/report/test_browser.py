@@ -115,6 +115,11 @@ def test_the_harness_sees_a_request_and_a_console_error(browser: Chromium, tmp_p
     [
         ("explain-ncclog", "Healthy", "AllReduce over 4 ranks on 1 node: P2P/CUMEM, 8 channels"),
         ("check-gloo-1node", "Problems found", "Check of 2 ranks on vm, backend gloo."),
+        (
+            "watch-hang",
+            "Hang",
+            "NCCL; no communicator was initialised in these logs. The run hung in training",
+        ),
     ],
 )
 def test_documents_the_producers_wrote_open_cleanly(
