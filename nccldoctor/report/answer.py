@@ -44,7 +44,7 @@ def banner(document: dict[str, Any]) -> str:
     if not document.get("completed", True):
         return "incomplete"
     verdict = document.get("verdict", "healthy")
-    return verdict if verdict in BANNERS else "problems"
+    return verdict if isinstance(verdict, str) and verdict in BANNERS else "problems"
 
 
 def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
     """ "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, ..." ("" without a summary)."""
     if not summary:
         return ""
-    algorithms = [a for a in summary.get("algorithms") or [] if isinstance(a, dict)]
+    algorithms = _dicts(summary.get("algorithms"))
     collective = _text(algorithms[0].get("collective")) if algorithms else ""
     subject = " ".join(
         part
@@ -114,17 +114,17 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
 def _network(summary: dict[str, Any]) -> str:
     network = _text(summary.get("network"))
     name = f"NET/{network}" if network in ("IB", "Socket") else network or "an unknown network"
-    interfaces = [i for i in summary.get("interfaces") or [] if isinstance(i, str)]
+    interfaces = [i for i in _list(summary.get("interfaces")) if isinstance(i, str)]
     return f"{name} via {', '.join(interfaces)}" if interfaces else name
 
 
 def _algorithms(algorithms: list[dict[str, Any]]) -> str:
     """ "Ring with Simple for ≥ 64 KiB, Tree with LL below" (largest sizes first)."""
-    ordered = sorted(algorithms, key=lambda a: -(a.get("min_bytes") or 0))
+    ordered = sorted(algorithms, key=lambda a: -_bytes(a.get("min_bytes")))
     parts = []
     for previous, algo in zip([None, *ordered], ordered, strict=False):
         choice = f"{algo.get('algorithm', '?')} with {algo.get('protocol', '?')}"
-        low = algo.get("min_bytes") or 0
+        low = _bytes(algo.get("min_bytes"))
         if low:
             choice += f" for ≥ {format_bytes(low)}"
         elif previous is not None:
@@ -145,7 +145,8 @@ def _subject_sentence(document: dict[str, Any]) -> str:
     kind = _text(document.get("kind")).capitalize() or "Report"
     cluster = document.get("cluster") if isinstance(document.get("cluster"), dict) else {}
     ranks = _count(cluster.get("world_size") or None, "rank")
-    backend = _text((document.get("bandwidth") or {}).get("backend") or cluster.get("backend"))
+    bandwidth = document.get("bandwidth") if isinstance(document.get("bandwidth"), dict) else {}
+    backend = _text(bandwidth.get("backend") or cluster.get("backend"))
     subject = " on ".join(p for p in (ranks, ", ".join(names)) if p)
     if not subject:
         return ""
@@ -156,7 +157,7 @@ def _hang_sentence(document: dict[str, Any]) -> str:
     hang = document.get("hang")
     if not isinstance(hang, dict):
         return ""
-    stuck = [s for s in hang.get("stuck") or [] if isinstance(s, dict)]
+    stuck = _dicts(hang.get("stuck"))
     phase = hang.get("phase") or "an unknown phase"
     where = "; ".join(
         f"rank {s.get('rank')} on {s.get('node')}"
@@ -176,7 +177,7 @@ def _watch_sentence(document: dict[str, Any]) -> str:
 
 def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
     """ "2 problems: A; B." Titles already ``said`` in the paragraph are counted, not repeated."""
-    findings = [f for f in document.get("findings") or [] if isinstance(f, dict)]
+    findings = _dicts(document.get("findings"))
     for severity, noun in (("fail", "problem"), ("warn", "warning")):
         found = [str(f.get("title", "")) for f in findings if f.get("severity") == severity]
         if found and all(t.rstrip(".") in said for t in found):
@@ -194,8 +195,8 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
 
 def _bandwidth_sentence(document: dict[str, Any]) -> str:
     section = document.get("bandwidth")
-    rows = [r for r in (section or {}).get("rows") or [] if isinstance(r, dict)]
-    rows = [r for r in rows if isinstance(r.get("busbw_gbps"), (int, float))]
+    rows = _dicts(section.get("rows")) if isinstance(section, dict) else []
+    rows = [r for r in rows if _real(r.get("busbw_gbps")) and _real(r.get("size_bytes"))]
     if not rows:
         return ""
     best = max(rows, key=lambda r: r["busbw_gbps"])
@@ -216,6 +217,22 @@ def _count(n: Any, noun: str, preposition: str = "") -> str:
         return ""
     words = f"{n} {noun}{'s' if n != 1 else ''}"
     return f"{preposition} {words}".strip()
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _bytes(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _text(value: Any) -> str:

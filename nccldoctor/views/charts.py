@@ -194,10 +194,16 @@ def timeline(
     start = min(p["started"] for p in timed)
     end = max(_end(p, p["started"]) for p in timed)
     span = max(end - start, 1e-3)
-    stuck = {(s.get("node"), s.get("rank")) for s in (hang or {}).get("stuck") or []}
+    stuck_list = (hang or {}).get("stuck")
+    stuck = {
+        (str(s.get("node")), s.get("rank"))
+        for s in (stuck_list if isinstance(stuck_list, list) else [])
+        if isinstance(s, dict) and _rank(s.get("rank")) == s.get("rank")
+    }
     by_lane: dict[tuple[bool, int, str], list[Mapping[str, Any]]] = {}
     for p in timed:  # agents (rank None) before ranks, then by rank and node
-        key = (p.get("rank") is not None, p.get("rank") or 0, str(p.get("node")))
+        rank = _rank(p.get("rank"))
+        key = (rank is not None, rank or 0, str(p.get("node")))
         by_lane.setdefault(key, []).append(p)
     plot = Box(left=170, top=8, right=width - 12, bottom=8 + lane_height * len(by_lane))
     scale = (plot.right - plot.left) / span
@@ -229,6 +235,11 @@ def timeline(
         ],
         hang_x=plot.left + (max(hang_ends) - start) * scale if hang and hang_ends else None,
     )
+
+
+def _rank(value: Any) -> int | None:
+    """A rank number; anything that is not an int counts as the node agent's lane."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _end(phase: Mapping[str, Any], default: float) -> float:

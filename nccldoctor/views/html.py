@@ -118,6 +118,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "cluster_columns": sections.CLUSTER_COLUMNS,
         "finding_groups": sections.finding_groups(document),
         "summary": summary,
+        "nccl_headline": sections.nccl_headline(summary),
         "matrix": sections.transport_matrix(summary),
         "rank_transports": sections.rank_transports(comm),
         "rings": sections.ring_lines(summary, comm),
@@ -125,7 +126,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.items(bandwidth.get("rows")),
         "chart": charts.bandwidth_chart(
-            sections.items(bandwidth.get("rows")), bandwidth.get("tcp_wire_gbps") or {}
+            sections.items(bandwidth.get("rows")), sections.section(bandwidth, "tcp_wire_gbps")
         ),
         "timeline": charts.timeline(phases, sections.section(document, "hang") or None),
         "phases": phases,
@@ -133,5 +134,5 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "mnist": sections.section(document, "mnist"),
         "rank_logs": sections.rank_logs(document),
         "environments": sections.environments(document),
-        "reproduce": shlex.join(str(a) for a in document.get("command") or []),
+        "reproduce": shlex.join(str(a) for a in sections.values(document.get("command"))),
     }

@@ -25,6 +25,11 @@ def items(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def values(value: Any) -> list[Any]:
+    """A list section's entries (anything else: none)."""
+    return value if isinstance(value, list) else []
+
+
 def section(document: dict[str, Any], key: str) -> dict[str, Any]:
     value = document.get(key)
     return value if isinstance(value, dict) else {}
@@ -44,7 +49,7 @@ class ClusterRow:
 
 def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
     """One row per node (the run's list first, then nodes known only from facts)."""
-    facts = {n.get("node", ""): n for n in items(document.get("nodes"))}
+    facts = {str(n.get("node", "")): n for n in items(document.get("nodes"))}
     cluster = section(document, "cluster")
     rows: dict[str, ClusterRow] = {}
     for entry in items(cluster.get("nodes")):
@@ -56,17 +61,17 @@ def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
             node_rank=entry.get("node_rank"),
             address=f"{advertised} (seen as {seen})" if nat else str(entry.get("address") or ""),
             nat=nat,
-            ranks=", ".join(str(r) for r in entry.get("ranks") or []),
+            ranks=", ".join(str(r) for r in values(entry.get("ranks"))),
         )
     for name in facts:
         rows.setdefault(name, ClusterRow(name=name))
-    for name in cluster.get("missing_nodes") or []:
+    for name in values(cluster.get("missing_nodes")):
         rows.setdefault(str(name), ClusterRow(name=str(name))).missing = True
     for row in rows.values():
         row.cells = _node_cells(facts.get(row.name, {}))
     for column in CLUSTER_COLUMNS:
-        values = {row.cells[column] for row in rows.values() if row.cells.get(column)}
-        if len(values) > 1:
+        distinct = {row.cells[column] for row in rows.values() if row.cells.get(column)}
+        if len(distinct) > 1:
             for row in rows.values():
                 if row.cells.get(column):
                     row.mismatched.add(column)
@@ -74,7 +79,7 @@ def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
 
 
 def _node_cells(facts: dict[str, Any]) -> dict[str, str]:
-    gpu, software = facts.get("gpu") or {}, facts.get("software") or {}
+    gpu, software = section(facts, "gpu"), section(facts, "software")
     devices = items(gpu.get("devices"))
     names = sorted({str(d.get("name", "")) for d in devices if d.get("name")})
     libraries = [lib.get("version") for lib in items(software.get("nccl_libraries"))]
@@ -121,6 +126,19 @@ def _finding(finding: dict[str, Any]) -> dict[str, Any]:
 def area_lines(document: dict[str, Any]) -> list[tuple[str, str]]:
     status = section(document, "area_status")
     return [(AREA_TITLES.get(area, area), str(line)) for area, line in status.items()]
+
+
+def nccl_headline(summary: dict[str, Any]) -> str:
+    """ "NCCL 2.26.2 (CUDA 12.4) · network Socket via eth0 · transports NET/Socket, P2P"."""
+    text = f"NCCL {summary.get('nccl_version') or '?'}"
+    if summary.get("cuda_version"):
+        text += f" (CUDA {summary['cuda_version']})"
+    text += f" · network {summary.get('network') or '?'}"
+    interfaces = [str(i) for i in values(summary.get("interfaces"))]
+    if interfaces:
+        text += f" via {', '.join(interfaces)}"
+    transports = [str(t) for t in values(summary.get("transports"))]
+    return text + f" · transports {', '.join(transports) or '?'}"
 
 
 def short_transport(label: str) -> str:
@@ -180,7 +198,7 @@ def ring_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
         rings = [{"channel": channel, "ranks": ranks} for channel, ranks in rings.items()]
     lines = []
     for ring in items(rings):
-        ranks = [str(r) for r in ring.get("ranks") or []]
+        ranks = [str(r) for r in values(ring.get("ranks"))]
         if ranks:
             lines.append(f"Channel {ring.get('channel', '?')}: {' → '.join([*ranks, ranks[0]])}")
     return lines
@@ -191,7 +209,7 @@ def tree_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
     per-rank ``trees`` ({channel: "c0/c1/c2->rank->parent"})."""
     lines = []
     for tree in items(summary.get("trees")):
-        children = ", ".join(str(c) for c in tree.get("children") or []) or "none"
+        children = ", ".join(str(c) for c in values(tree.get("children"))) or "none"
         parent = tree.get("parent")
         lines.append(
             f"Channel {tree.get('channel', '?')}: [{children}] → {tree.get('rank')} → "
@@ -234,10 +252,10 @@ class RankLog:
 
 
 def rank_logs(document: dict[str, Any]) -> list[RankLog]:
-    stuck = {s.get("rank") for s in items(section(document, "hang").get("stuck"))}
+    stuck = [s.get("rank") for s in items(section(document, "hang").get("stuck"))]
     logs = []
     for entry in sorted(items(document.get("ranks")), key=lambda e: str(e.get("rank")).zfill(6)):
-        raw = [str(line) for line in entry.get("last_nccl_lines") or []]
+        raw = [str(line) for line in values(entry.get("last_nccl_lines"))]
         lines = [(line_kind(line), line) for line in raw]
         warnings = [line for kind, line in lines if kind == "warn"]
         summary = ", ".join(
@@ -289,7 +307,7 @@ def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, st
     """(node, sorted (name, value)) of each node's relevant variables, as redacted in the JSON."""
     out = []
     for node in items(document.get("nodes")):
-        variables = (node.get("env") or {}).get("variables") or {}
+        variables = section(node, "env").get("variables")
         if isinstance(variables, dict) and variables:
             out.append(
                 (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))
