@@ -18,7 +18,7 @@ from typing import Any
 import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import BANNERS, answer, banner, nccl_summary
-from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.report.units import format_gbps
 from nccldoctor.views import charts, sections
 
 PAGE_TEMPLATE = "report.html.j2"
@@ -47,7 +47,6 @@ def _environment(directory: Path) -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(
-        bytes=format_bytes,
         gbps=format_gbps,
         short_transport=sections.short_transport,
         log_lines=log_lines,
