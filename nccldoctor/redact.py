@@ -17,7 +17,6 @@ REDACTED = "<redacted>"
 # Any name containing one of these words (case-insensitive) holds a secret.
 SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
 
-_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 # scheme://user:pass@host or scheme://token@host: everything between "//" and "@".
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 # NAME=value (or "name": "value") where NAME holds a secret word; the value runs to whitespace,
@@ -30,14 +29,23 @@ _SECRET_ASSIGNMENT = re.compile(
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    return _has_secret_word(name)
+
+
+def _has_secret_word(text: str) -> bool:
+    # Plain substring tests in a loop: faster on log lines than any() or a regex alternation.
+    upper = text.upper()
+    for word in SECRET_WORDS:  # noqa: SIM110 (any() with a generator is slower here)
+        if word in upper:
+            return True
+    return False
 
 
 def redact_text(text: str) -> str:
     """``text`` with URL credentials and secret ``NAME=value`` assignments replaced."""
     if "@" in text:
         text = _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
-    if "=" in text or ":" in text:
+    if ("=" in text or ":" in text) and _has_secret_word(text):  # cheap tests first
         text = _SECRET_ASSIGNMENT.sub(rf"\g<name>\g<sep>{REDACTED}", text)
     return text
 

@@ -8,7 +8,7 @@ python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[test]'
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     missing=()
-    for tool in ip:iproute2 iptables:iptables; do
+    for tool in ip:iproute2 iptables:iptables chromium:chromium; do
         command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
     done
     if [ ${#missing[@]} -gt 0 ]; then

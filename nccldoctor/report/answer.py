@@ -44,28 +44,40 @@ def banner(document: dict[str, Any]) -> str:
     if not document.get("completed", True):
         return "incomplete"
     verdict = document.get("verdict", "healthy")
-    return verdict if verdict in BANNERS else "problems"
+    return verdict if isinstance(verdict, str) and verdict in BANNERS else "problems"
 
 
 def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
-    """The NCCL log summary: the `nccl` section, else explain's top-level keys, else {}."""
+    """The NCCL log summary's headline keys (issue 3): the `nccl` section when it has them, else
+    the top-level keys `explain` writes, else {}."""
     section = document.get("nccl")
-    if isinstance(section, dict):
+    if isinstance(section, dict) and any(k in section for k in NCCL_SUMMARY_KEYS):
         return section
-    if document.get("kind") == "explain":
-        return {k: document[k] for k in NCCL_SUMMARY_KEYS if k in document}
-    return {}
+    if not any(k in document for k in NCCL_SUMMARY_KEYS if k != "nodes"):  # core `nodes` only
+        return {}
+    return {k: document[k] for k in NCCL_SUMMARY_KEYS if k in document}
+
+
+def nccl_answer(document: dict[str, Any]) -> str:
+    """The log parser's own sentence: top-level ``answer`` (explain) or ``nccl.answer``."""
+    section = document.get("nccl")
+    candidates = [
+        document.get("answer"),
+        section.get("answer") if isinstance(section, dict) else None,
+    ]
+    return next((c for c in candidates if _text(c)), "")
 
 
 def answer(document: dict[str, Any]) -> str:
     """The paragraph under the banner: what NCCL chose, then what went wrong (or that nothing did)."""
     summary = nccl_summary(document)
-    sentences = [summary["answer"]] if _text(summary.get("answer")) else [nccl_sentence(summary)]
+    parsed = nccl_answer(document)
+    sentences = [parsed.rstrip(".") + "."] if parsed else [nccl_sentence(summary)]
     if not summary:
         sentences.append(_subject_sentence(document))
+    sentences.append(_hang_sentence(document) or _watch_sentence(document))
     sentences += [
-        _hang_sentence(document),
-        _findings_sentence(document),
+        _findings_sentence(document, said=" ".join(sentences)),
         _bandwidth_sentence(document),
     ]
     return " ".join(s for s in sentences if s)
@@ -75,7 +87,7 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
     """ "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, ..." ("" without a summary)."""
     if not summary:
         return ""
-    algorithms = [a for a in summary.get("algorithms") or [] if isinstance(a, dict)]
+    algorithms = _dicts(summary.get("algorithms"))
     collective = _text(algorithms[0].get("collective")) if algorithms else ""
     subject = " ".join(
         part
@@ -102,17 +114,17 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
 def _network(summary: dict[str, Any]) -> str:
     network = _text(summary.get("network"))
     name = f"NET/{network}" if network in ("IB", "Socket") else network or "an unknown network"
-    interfaces = [i for i in summary.get("interfaces") or [] if isinstance(i, str)]
+    interfaces = [i for i in _list(summary.get("interfaces")) if isinstance(i, str)]
     return f"{name} via {', '.join(interfaces)}" if interfaces else name
 
 
 def _algorithms(algorithms: list[dict[str, Any]]) -> str:
     """ "Ring with Simple for ≥ 64 KiB, Tree with LL below" (largest sizes first)."""
-    ordered = sorted(algorithms, key=lambda a: -(a.get("min_bytes") or 0))
+    ordered = sorted(algorithms, key=lambda a: -_bytes(a.get("min_bytes")))
     parts = []
     for previous, algo in zip([None, *ordered], ordered, strict=False):
         choice = f"{algo.get('algorithm', '?')} with {algo.get('protocol', '?')}"
-        low = algo.get("min_bytes") or 0
+        low = _bytes(algo.get("min_bytes"))
         if low:
             choice += f" for ≥ {format_bytes(low)}"
         elif previous is not None:
@@ -124,20 +136,28 @@ def _algorithms(algorithms: list[dict[str, Any]]) -> str:
 
 
 def _subject_sentence(document: dict[str, Any]) -> str:
-    """ "Preflight of gpu-box-7." for a document without an NCCL summary."""
+    """ "Check of 2 ranks on vm, backend gloo." for a document without an NCCL summary."""
     nodes = document.get("nodes")
     names = (
         [n.get("node", "") for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
     )
+    names = [n for n in names if n]
     kind = _text(document.get("kind")).capitalize() or "Report"
-    return f"{kind} of {', '.join(n for n in names if n)}." if any(names) else ""
+    cluster = document.get("cluster") if isinstance(document.get("cluster"), dict) else {}
+    ranks = _count(cluster.get("world_size") or None, "rank")
+    bandwidth = document.get("bandwidth") if isinstance(document.get("bandwidth"), dict) else {}
+    backend = _text(bandwidth.get("backend") or cluster.get("backend"))
+    subject = " on ".join(p for p in (ranks, ", ".join(names)) if p)
+    if not subject:
+        return ""
+    return f"{kind} of {subject}" + (f", backend {backend}." if backend else ".")
 
 
 def _hang_sentence(document: dict[str, Any]) -> str:
     hang = document.get("hang")
     if not isinstance(hang, dict):
         return ""
-    stuck = [s for s in hang.get("stuck") or [] if isinstance(s, dict)]
+    stuck = _dicts(hang.get("stuck"))
     phase = hang.get("phase") or "an unknown phase"
     where = "; ".join(
         f"rank {s.get('rank')} on {s.get('node')}"
@@ -149,15 +169,25 @@ def _hang_sentence(document: dict[str, Any]) -> str:
     return f"{sentence} {verdict[:1].upper()}{verdict[1:]}." if verdict else sentence
 
 
-def _findings_sentence(document: dict[str, Any]) -> str:
-    findings = [f for f in document.get("findings") or [] if isinstance(f, dict)]
+def _watch_sentence(document: dict[str, Any]) -> str:
+    """`nccldoctor watch`'s own verdict on the job (when it did not hang)."""
+    watch = document.get("watch")
+    return _text(watch.get("verdict")) if isinstance(watch, dict) else ""
+
+
+def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
+    """ "2 problems: A; B." Titles already ``said`` in the paragraph are counted, not repeated."""
+    findings = _dicts(document.get("findings"))
     for severity, noun in (("fail", "problem"), ("warn", "warning")):
-        titles = [f.get("title", "") for f in findings if f.get("severity") == severity]
+        found = [str(f.get("title", "")) for f in findings if f.get("severity") == severity]
+        if found and all(t.rstrip(".") in said for t in found):
+            return f"{_count(len(found), noun).capitalize()}."
+        titles = [t for t in found if t.rstrip(".") not in said] if said else found
         if titles:
-            named = "; ".join(titles[:_TITLES_NAMED])
+            named = "; ".join(str(t).rstrip(".") for t in titles[:_TITLES_NAMED])
             more = len(titles) - _TITLES_NAMED
             tail = f"; and {more} more" if more > 0 else ""
-            return f"{_count(len(titles), noun).capitalize()}: {named}{tail}."
+            return f"{_count(len(found), noun).capitalize()}: {named}{tail}."
     if not document.get("completed", True):
         return "The run could not complete."
     return "No problems found."
@@ -165,8 +195,8 @@ def _findings_sentence(document: dict[str, Any]) -> str:
 
 def _bandwidth_sentence(document: dict[str, Any]) -> str:
     section = document.get("bandwidth")
-    rows = [r for r in (section or {}).get("rows") or [] if isinstance(r, dict)]
-    rows = [r for r in rows if isinstance(r.get("busbw_gbps"), (int, float))]
+    rows = _dicts(section.get("rows")) if isinstance(section, dict) else []
+    rows = [r for r in rows if _real(r.get("busbw_gbps")) and _real(r.get("size_bytes"))]
     if not rows:
         return ""
     best = max(rows, key=lambda r: r["busbw_gbps"])
@@ -187,6 +217,22 @@ def _count(n: Any, noun: str, preposition: str = "") -> str:
         return ""
     words = f"{n} {noun}{'s' if n != 1 else ''}"
     return f"{preposition} {words}".strip()
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _bytes(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _text(value: Any) -> str:

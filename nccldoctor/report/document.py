@@ -82,9 +82,18 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         core = {
-            "schema_version", "tool_version", "kind", "created", "command", "verdict",
-            "exit_code", "completed", "area_status", "findings", "nodes",
-        }  # fmt: skip
+            "schema_version",
+            "tool_version",
+            "kind",
+            "created",
+            "command",
+            "verdict",
+            "exit_code",
+            "completed",
+            "area_status",
+            "findings",
+            "nodes",
+        }
         return cls(
             kind=data.get("kind", "unknown"),
             nodes=[from_dict(NodeFacts, n) for n in data.get("nodes", [])],

@@ -85,7 +85,7 @@ def bandwidth_chart(
         ((gbps, node) for node, gbps in (tcp_wire_gbps or {}).items() if _positive(gbps)),
         default=None,
     )
-    plot = Box(left=56, top=12, right=width - 16, bottom=height - 40)
+    plot = Box(left=56, top=12, right=width - 32, bottom=height - 40)
     sizes = [s for pairs in values.values() for s, _ in pairs]
     lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
     if hi - lo < 1:
@@ -159,6 +159,7 @@ class Bar:
     width: float
     status: str  # ok | fail | timeout | skipped | running: the CSS class
     label: str  # "bandwidth: timeout after 30.0 s — detail"
+    phase: str  # written inside the bar when it is wide enough
 
 
 @dataclass(frozen=True)
@@ -193,24 +194,28 @@ def timeline(
     start = min(p["started"] for p in timed)
     end = max(_end(p, p["started"]) for p in timed)
     span = max(end - start, 1e-3)
-    stuck = {(s.get("node"), s.get("rank")) for s in (hang or {}).get("stuck") or []}
-    keys = sorted(
-        {(p.get("rank") is not None, p.get("rank") or 0, str(p.get("node"))) for p in timed}
-    )
-    plot = Box(left=170, top=8, right=width - 12, bottom=8 + lane_height * len(keys))
+    stuck_list = (hang or {}).get("stuck")
+    stuck = {
+        (str(s.get("node")), s.get("rank"))
+        for s in (stuck_list if isinstance(stuck_list, list) else [])
+        if isinstance(s, dict) and _rank(s.get("rank")) == s.get("rank")
+    }
+    by_lane: dict[tuple[bool, int, str], list[Mapping[str, Any]]] = {}
+    for p in timed:  # agents (rank None) before ranks, then by rank and node
+        rank = _rank(p.get("rank"))
+        key = (rank is not None, rank or 0, str(p.get("node")))
+        by_lane.setdefault(key, []).append(p)
+    plot = Box(left=170, top=8, right=width - 12, bottom=8 + lane_height * len(by_lane))
     scale = (plot.right - plot.left) / span
     lanes = []
-    for index, (is_rank, rank, node) in enumerate(keys):
-        lane_phases = [
-            p for p in timed if str(p.get("node")) == node and (p.get("rank") is not None) == is_rank
-            and (p.get("rank") or 0) == rank
-        ]  # fmt: skip
+    for index, ((is_rank, rank, node), lane_phases) in enumerate(sorted(by_lane.items())):
         bars = [
             Bar(
                 x=plot.left + (p["started"] - start) * scale,
                 width=max((_end(p, end) - p["started"]) * scale, 1.5),
                 status=str(p.get("status")),
                 label=_bar_label(p),
+                phase=str(p.get("phase", "")),
             )
             for p in sorted(lane_phases, key=lambda p: p["started"])
         ]
@@ -223,10 +228,18 @@ def timeline(
         height=int(plot.bottom + 28),
         plot=plot,
         lanes=lanes,
-        x_ticks=[Tick(plot.left + t * scale, f"{t:g} s") for t in _linear_ticks(_nice_ceiling(span))
-                 if t <= span * 1.0001],
+        x_ticks=[
+            Tick(plot.left + t * scale, f"{t:g} s")
+            for t in _linear_ticks(_nice_ceiling(span))
+            if t <= span * 1.0001
+        ],
         hang_x=plot.left + (max(hang_ends) - start) * scale if hang and hang_ends else None,
-    )  # fmt: skip
+    )
+
+
+def _rank(value: Any) -> int | None:
+    """A rank number; anything that is not an int counts as the node agent's lane."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _end(phase: Mapping[str, Any], default: float) -> float:

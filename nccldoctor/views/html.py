@@ -18,7 +18,7 @@ from typing import Any
 import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import BANNERS, answer, banner, nccl_summary
-from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.report.units import format_gbps
 from nccldoctor.views import charts, sections
 
 PAGE_TEMPLATE = "report.html.j2"
@@ -47,9 +47,33 @@ def _environment(directory: Path) -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(
-        bytes=format_bytes, gbps=format_gbps, short_transport=sections.short_transport
+        gbps=format_gbps,
+        short_transport=sections.short_transport,
+        log_lines=log_lines,
+        num=number,
     )
     return env
+
+
+def number(value: Any, digits: int = 2) -> str:
+    """A measured number with ``digits`` decimals; anything else as it is ("" for None)."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def log_lines(lines: list[tuple[str, str]]) -> Any:
+    """One ``<div>`` per log line, escaped; done here because a 64-rank report has ~13k lines
+    and a template loop over them is most of the page's render time."""
+    from markupsafe import Markup, escape
+
+    # kind is one of line_kind()'s fixed words, never text from the report.
+    return Markup(
+        "".join(
+            f'<div class="{kind}">{escape(line)}</div>' if kind else f"<div>{escape(line)}</div>"
+            for kind, line in lines
+        )
+    )
 
 
 def _csp_hash(text: str) -> str:
@@ -81,6 +105,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
     """Everything the template shows, arranged from the document by the section helpers."""
     key = banner(document)
     summary = nccl_summary(document)
+    comm = sections.communicator(document)
     bandwidth = sections.section(document, "bandwidth")
     phases = sections.items(document.get("phases"))
     return {
@@ -92,13 +117,15 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "cluster_columns": sections.CLUSTER_COLUMNS,
         "finding_groups": sections.finding_groups(document),
         "summary": summary,
+        "nccl_headline": sections.nccl_headline(summary),
         "matrix": sections.transport_matrix(summary),
-        "rings": sections.ring_lines(summary),
-        "trees": sections.tree_lines(summary),
+        "rank_transports": sections.rank_transports(comm),
+        "rings": sections.ring_lines(summary, comm),
+        "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.items(bandwidth.get("rows")),
         "chart": charts.bandwidth_chart(
-            sections.items(bandwidth.get("rows")), bandwidth.get("tcp_wire_gbps") or {}
+            sections.items(bandwidth.get("rows")), sections.section(bandwidth, "tcp_wire_gbps")
         ),
         "timeline": charts.timeline(phases, sections.section(document, "hang") or None),
         "phases": phases,
@@ -106,5 +133,5 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "mnist": sections.section(document, "mnist"),
         "rank_logs": sections.rank_logs(document),
         "environments": sections.environments(document),
-        "reproduce": shlex.join(str(a) for a in document.get("command") or []),
+        "reproduce": shlex.join(str(a) for a in sections.values(document.get("command"))),
     }

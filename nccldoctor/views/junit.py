@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from nccldoctor.report import Report
-from nccldoctor.views.sections import items
+from nccldoctor.views.sections import items, values
 
 # Characters XML 1.0 cannot carry (C0 controls but tab/newline/return, lone surrogates, FFFE/FFFF).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -55,7 +55,7 @@ def _finding_case(finding: dict[str, Any]) -> ET.Element:
     case = _case(_text(finding.get("area") or "nccl"), f"{_text(finding.get('id', ''))}{suffix}")
     title = _text(finding.get("title", ""))
     body = "\n".join(
-        [title, *map(_text, finding.get("evidence") or [])]
+        [title, *map(_text, values(finding.get("evidence")))]
         + ([f"Fix:\n{_text(finding['fix'])}"] if finding.get("fix") else [])
     )
     severity = finding.get("severity")

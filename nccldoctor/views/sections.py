@@ -25,6 +25,11 @@ def items(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def values(value: Any) -> list[Any]:
+    """A list section's entries (anything else: none)."""
+    return value if isinstance(value, list) else []
+
+
 def section(document: dict[str, Any], key: str) -> dict[str, Any]:
     value = document.get(key)
     return value if isinstance(value, dict) else {}
@@ -44,7 +49,7 @@ class ClusterRow:
 
 def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
     """One row per node (the run's list first, then nodes known only from facts)."""
-    facts = {n.get("node", ""): n for n in items(document.get("nodes"))}
+    facts = {str(n.get("node", "")): n for n in items(document.get("nodes"))}
     cluster = section(document, "cluster")
     rows: dict[str, ClusterRow] = {}
     for entry in items(cluster.get("nodes")):
@@ -56,17 +61,17 @@ def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
             node_rank=entry.get("node_rank"),
             address=f"{advertised} (seen as {seen})" if nat else str(entry.get("address") or ""),
             nat=nat,
-            ranks=", ".join(str(r) for r in entry.get("ranks") or []),
+            ranks=", ".join(str(r) for r in values(entry.get("ranks"))),
         )
     for name in facts:
         rows.setdefault(name, ClusterRow(name=name))
-    for name in cluster.get("missing_nodes") or []:
+    for name in values(cluster.get("missing_nodes")):
         rows.setdefault(str(name), ClusterRow(name=str(name))).missing = True
     for row in rows.values():
         row.cells = _node_cells(facts.get(row.name, {}))
     for column in CLUSTER_COLUMNS:
-        values = {row.cells[column] for row in rows.values() if row.cells.get(column)}
-        if len(values) > 1:
+        distinct = {row.cells[column] for row in rows.values() if row.cells.get(column)}
+        if len(distinct) > 1:
             for row in rows.values():
                 if row.cells.get(column):
                     row.mismatched.add(column)
@@ -74,7 +79,7 @@ def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
 
 
 def _node_cells(facts: dict[str, Any]) -> dict[str, str]:
-    gpu, software = facts.get("gpu") or {}, facts.get("software") or {}
+    gpu, software = section(facts, "gpu"), section(facts, "software")
     devices = items(gpu.get("devices"))
     names = sorted({str(d.get("name", "")) for d in devices if d.get("name")})
     libraries = [lib.get("version") for lib in items(software.get("nccl_libraries"))]
@@ -123,6 +128,19 @@ def area_lines(document: dict[str, Any]) -> list[tuple[str, str]]:
     return [(AREA_TITLES.get(area, area), str(line)) for area, line in status.items()]
 
 
+def nccl_headline(summary: dict[str, Any]) -> str:
+    """ "NCCL 2.26.2 (CUDA 12.4) · network Socket via eth0 · transports NET/Socket, P2P"."""
+    text = f"NCCL {summary.get('nccl_version') or '?'}"
+    if summary.get("cuda_version"):
+        text += f" (CUDA {summary['cuda_version']})"
+    text += f" · network {summary.get('network') or '?'}"
+    interfaces = [str(i) for i in values(summary.get("interfaces"))]
+    if interfaces:
+        text += f" via {', '.join(interfaces)}"
+    transports = [str(t) for t in values(summary.get("transports"))]
+    return text + f" · transports {', '.join(transports) or '?'}"
+
+
 def short_transport(label: str) -> str:
     """The matrix cell text of a transport label: IB, Sock, P2P, SHM."""
     return {"NET/IB": "IB", "NET/Socket": "Sock"}.get(label, label)
@@ -162,25 +180,62 @@ def transport_matrix(summary: dict[str, Any]) -> TransportMatrix | None:
     return TransportMatrix(ranks, {k: sorted(v) for k, v in cells.items()}, gdr)
 
 
-def ring_lines(summary: dict[str, Any]) -> list[str]:
+def communicator(document: dict[str, Any]) -> dict[str, Any]:
+    """The largest communicator of the log parser's full summary (``nccl.communicators[0]``,
+    or one level down when a report nests explain's section under ``nccl``)."""
+    nccl = section(document, "nccl")
+    for candidate in (nccl, section(nccl, "nccl")):
+        communicators = items(candidate.get("communicators"))
+        if communicators:
+            return communicators[0]
+    return {}
+
+
+def ring_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
+    """ "Channel 0: 0 → 1 → 2 → 0" from ``rings`` as a list of {channel, ranks} or {channel: ranks}."""
+    rings = summary.get("rings") or comm.get("rings")
+    if isinstance(rings, dict):
+        rings = [{"channel": channel, "ranks": ranks} for channel, ranks in rings.items()]
     lines = []
-    for ring in items(summary.get("rings")):
-        ranks = [str(r) for r in ring.get("ranks") or []]
+    for ring in items(rings):
+        ranks = [str(r) for r in values(ring.get("ranks"))]
         if ranks:
             lines.append(f"Channel {ring.get('channel', '?')}: {' → '.join([*ranks, ranks[0]])}")
     return lines
 
 
-def tree_lines(summary: dict[str, Any]) -> list[str]:
+def tree_lines(summary: dict[str, Any], comm: dict[str, Any]) -> list[str]:
+    """One line per tree entry ({channel, rank, children, parent}), or per rank from the parser's
+    per-rank ``trees`` ({channel: "c0/c1/c2->rank->parent"})."""
     lines = []
     for tree in items(summary.get("trees")):
-        children = ", ".join(str(c) for c in tree.get("children") or []) or "none"
+        children = ", ".join(str(c) for c in values(tree.get("children"))) or "none"
         parent = tree.get("parent")
         lines.append(
             f"Channel {tree.get('channel', '?')}: [{children}] → {tree.get('rank')} → "
             f"{parent if parent is not None else 'root'}"
         )
+    for rank in items(comm.get("ranks")):
+        trees = rank.get("trees")
+        if isinstance(trees, dict) and trees:
+            shapes = " ".join(f"[{channel}] {shape}" for channel, shape in trees.items())
+            lines.append(f"rank {rank.get('rank')}: {shapes}")
     return lines
+
+
+def rank_transports(comm: dict[str, Any]) -> list[tuple[Any, str, list[tuple[str, int, str]]]]:
+    """Per rank, the transports its connections use and how many: (rank, host, [(label, count,
+    css class)]), when the summary has no per-peer list to draw the matrix from."""
+    rows = []
+    for rank in items(comm.get("ranks")):
+        transports = rank.get("transports")
+        if isinstance(transports, dict) and transports:
+            cells = [
+                (str(label), count, TRANSPORT_CLASSES.get(transport_label(str(label)), "other"))
+                for label, count in transports.items()
+            ]
+            rows.append((rank.get("rank"), str(rank.get("host") or ""), cells))
+    return rows
 
 
 @dataclass
@@ -191,22 +246,25 @@ class RankLog:
     warnings: list[str]
     lines: list[tuple[str, str]]  # (kind, line); kind "warn" | "key" | ""
     stacks: str
-    flight_recorder: str
+    flight_recorder: list[str]
     log_path: str
     open: bool  # shown expanded: it warned or is stuck
 
 
 def rank_logs(document: dict[str, Any]) -> list[RankLog]:
-    stuck = {s.get("rank") for s in items(section(document, "hang").get("stuck"))}
+    stuck = [s.get("rank") for s in items(section(document, "hang").get("stuck"))]
     logs = []
     for entry in sorted(items(document.get("ranks")), key=lambda e: str(e.get("rank")).zfill(6)):
-        raw = [str(line) for line in entry.get("last_nccl_lines") or []]
+        raw = [str(line) for line in values(entry.get("last_nccl_lines"))]
         lines = [(line_kind(line), line) for line in raw]
         warnings = [line for kind, line in lines if kind == "warn"]
         summary = ", ".join(
             part
             for part in (
+                str(entry["state"]) if entry.get("state") else "",
                 f"reached {entry['phase_reached']}" if entry.get("phase_reached") else "",
+                f"at {entry['where']}" if entry.get("where") else "",
+                str(entry["error"]).splitlines()[0][:200] if entry.get("error") else "",
                 f"exit code {entry['exit_code']}" if entry.get("exit_code") is not None else "",
                 f"{len(raw)} lines kept",
                 f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}" if warnings else "",
@@ -222,7 +280,7 @@ def rank_logs(document: dict[str, Any]) -> list[RankLog]:
                 warnings=warnings,
                 lines=lines,
                 stacks=str(entry.get("stacks") or ""),
-                flight_recorder=str(entry.get("flight_recorder") or ""),
+                flight_recorder=flight_recorder_lines(entry.get("flight_recorder")),
                 log_path=str(entry.get("log_path") or ""),
                 open=bool(warnings) or entry.get("rank") in stuck,
             )
@@ -230,11 +288,26 @@ def rank_logs(document: dict[str, Any]) -> list[RankLog]:
     return logs
 
 
+def flight_recorder_lines(value: Any, last: int = 10) -> list[str]:
+    """PyTorch's Flight Recorder as lines: the dump's path, or its last entries (collective
+    sequence number, name, state)."""
+    if isinstance(value, str) and value:
+        return [f"dump: {value}"]
+    entries = items(value.get("entries") if isinstance(value, dict) else value)
+    lines = [
+        f"#{e.get('collective_seq_id', '?')} {e.get('profiling_name', '?')} {e.get('state', '?')}"
+        for e in entries[-last:]
+    ]
+    if len(entries) > last:
+        lines.insert(0, f"... {len(entries) - last} earlier entries")
+    return lines
+
+
 def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
     """(node, sorted (name, value)) of each node's relevant variables, as redacted in the JSON."""
     out = []
     for node in items(document.get("nodes")):
-        variables = (node.get("env") or {}).get("variables") or {}
+        variables = section(node, "env").get("variables")
         if isinstance(variables, dict) and variables:
             out.append(
                 (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))

@@ -61,6 +61,7 @@ class PageRun:
     requests: list[str] = field(default_factory=list)
     console: list[tuple[str, str]] = field(default_factory=list)  # (level, text)
     errors: list[str] = field(default_factory=list)  # exceptions, error log entries (CSP ...)
+    dialogs: list[str] = field(default_factory=list)  # alert()/confirm() the page opened
 
     @property
     def console_errors(self) -> list[str]:
@@ -95,9 +96,12 @@ class Chromium:
         ]
         self._log = open(Path(self._profile) / "chromium.log", "wb")  # noqa: SIM115
         self._proc = subprocess.Popen(
-            command, pass_fds=(child_r, child_w), stdin=subprocess.DEVNULL, stdout=self._log,
+            command,
+            pass_fds=(child_r, child_w),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
         os.close(child_r)
         os.close(child_w)
         self._buffer = b""
@@ -190,5 +194,7 @@ class Chromium:
                 run.errors.append(json.dumps(params.get("exceptionDetails", {}))[:500])
             elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
                 run.errors.append(params["entry"].get("text", ""))
+            elif method == "Page.javascriptDialogOpening":
+                run.dialogs.append(params.get("message", ""))
         self._send("Target.closeTarget", {"targetId": target})
         return run, value

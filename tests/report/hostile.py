@@ -70,7 +70,7 @@ def hostile() -> Report:
                 title=IMG,
                 evidence=[SCRIPT],
             ),
-        ],  # fmt: skip
+        ],
         command=[
             "env",
             f"HF_TOKEN={SECRETS['HF_TOKEN']}",
@@ -92,7 +92,7 @@ def hostile() -> Report:
                 "phase": "init",
                 "stuck": [{"node": evil_node, "rank": 0, "phase": SCRIPT, "last_nccl_line": IMG}],
                 "verdict": SCRIPT,
-            },  # fmt: skip
+            },
             "mnist": None,
         },
     )

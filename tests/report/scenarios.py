@@ -53,7 +53,7 @@ def healthy_check() -> Report:
         extra={
             "nccl": nccl_section(4, 2),
             "phases": phases_section(nodes, 2),
-            "bandwidth": bandwidth_section(4, 9.0),
+            "bandwidth": bandwidth_section(4, 6.5),
             "cluster": cluster_section(nodes, 2),
             "ranks": ranks_section(nodes, 2),
             "hang": None,

@@ -10,9 +10,14 @@ from tests.report.conftest import fixture_document
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("healthy-check", "healthy"), ("failed-check", "problems"), ("hang-check", "hang"),
-     ("preflight", "problems"), ("explain", "healthy")],
-)  # fmt: skip
+    [
+        ("healthy-check", "healthy"),
+        ("failed-check", "problems"),
+        ("hang-check", "hang"),
+        ("preflight", "problems"),
+        ("explain", "healthy"),
+    ],
+)
 def test_banner(name: str, expected: str) -> None:
     assert banner(fixture_document(name)) == expected
 
@@ -27,7 +32,7 @@ def test_healthy_answer() -> None:
     assert answer(fixture_document("healthy-check")) == (
         "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, GPUDirect RDMA off, "
         "2 channels, Ring with Simple for ≥ 64 KiB, Tree with LL below (predicted by NCCL's "
-        "tuning model). No problems found. Peak bus bandwidth 13.46 GB/s at 64 MiB."
+        "tuning model). No problems found. Peak bus bandwidth 9.73 GB/s at 64 MiB."
     )
 
 
@@ -62,9 +67,23 @@ def test_many_failures_are_counted_not_listed() -> None:
 
 
 def test_ib_with_gdr_and_odd_values() -> None:
-    summary = {"network": "IB", "interfaces": ["mlx5_0:1"], "gdrdma": True, "nranks": 16, "nodes": ["a", "b"],
-               "channels": "many", "algorithms": [{"collective": "AllReduce", "algorithm": "Ring",
-                                                     "protocol": "Simple", "min_bytes": 0, "source": "log"}]}  # fmt: skip
+    summary = {
+        "network": "IB",
+        "interfaces": ["mlx5_0:1"],
+        "gdrdma": True,
+        "nranks": 16,
+        "nodes": ["a", "b"],
+        "channels": "many",
+        "algorithms": [
+            {
+                "collective": "AllReduce",
+                "algorithm": "Ring",
+                "protocol": "Simple",
+                "min_bytes": 0,
+                "source": "log",
+            }
+        ],
+    }
     assert nccl_sentence(summary) == (
         "AllReduce over 16 ranks on 2 nodes used NET/IB via mlx5_0:1, GPUDirect RDMA on, Ring with Simple."
     )

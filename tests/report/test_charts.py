@@ -77,8 +77,11 @@ def test_timeline_lanes_agents_first_then_ranks_and_the_hang_marked() -> None:
     doc = fixture_document("hang-check")
     chart = timeline(doc["phases"], doc["hang"])
     assert [lane.label for lane in chart.lanes] == [
-        "node-a (agent)", "node-b (agent)", "rank 0 (node-a)", "rank 1 (node-b)"
-    ]  # fmt: skip
+        "node-a (agent)",
+        "node-b (agent)",
+        "rank 0 (node-a)",
+        "rank 1 (node-b)",
+    ]
     assert [lane.stuck for lane in chart.lanes] == [False, False, True, True]
     last = chart.lanes[3].bars[-1]
     assert last.status == "timeout" and "bandwidth: timeout after 30.0 s" in last.label

@@ -84,3 +84,13 @@ def test_bad_files_are_a_clear_error(tmp_path: Path, content: bytes, message: st
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="cannot read"):
         read_document(tmp_path / "absent.json")
+
+
+def test_a_real_preflight_of_this_machine_follows_the_schema() -> None:
+    from typer.testing import CliRunner
+
+    from nccldoctor.cli.app import app
+
+    result = CliRunner().invoke(app, ["preflight", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    assert validate_report(json.loads(result.stdout)) == []
