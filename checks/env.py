@@ -9,10 +9,12 @@ from __future__ import annotations
 from checks import Problem, check
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
+from nccldoctor.probes.env import TORCH_NCCL_ALIASES, TORCH_NCCL_BOOLS, TORCH_NCCL_INTS
 from nccldoctor.probes.nccl_rules import strtoll
 
-# An invalid NCCL_ALGO / NCCL_PROTO makes every collective fail (ncclInvalidUsage, 2.24+).
-_FATAL_WHEN_MALFORMED = ("NCCL_ALGO", "NCCL_PROTO")
+# An invalid NCCL_ALGO / NCCL_PROTO makes every collective fail (ncclInvalidUsage, 2.24+); torch
+# refuses to create the process group over a bad TORCH_NCCL_* value.
+_FATAL_WHEN_MALFORMED = ("NCCL_ALGO", "NCCL_PROTO", *TORCH_NCCL_BOOLS, *TORCH_NCCL_INTS)
 
 
 def _source(facts: NodeFacts, name: str) -> str:
@@ -53,7 +55,9 @@ def malformed_value(facts: NodeFacts) -> list[Problem]:
     """An NCCL variable whose value NCCL cannot parse (bad integer, level, list or algorithm)."""
     return [
         Problem(
-            Severity.FAIL if p.name in _FATAL_WHEN_MALFORMED else Severity.WARN,
+            Severity.FAIL
+            if TORCH_NCCL_ALIASES.get(p.name, p.name) in _FATAL_WHEN_MALFORMED
+            else Severity.WARN,
             f"{p.name}={p.value}: {p.problem}",
             evidence=[
                 f"{p.name}={p.value}{_source(facts, p.name)}",

@@ -14,7 +14,12 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.env import IfList
 from nccldoctor.facts.network import Interface, NetworkFacts
 from nccldoctor.model import Severity
-from nccldoctor.probes.nccl_rules import if_list_matches
+from nccldoctor.probes.nccl_rules import (
+    candidates,
+    find_interfaces,
+    if_list_matches,
+    socket_family,
+)
 
 _DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridge network
 _PRIVATE_172 = ipaddress.ip_network("172.16.0.0/12")  # Docker's user-defined networks
@@ -59,7 +64,8 @@ def _route_line(net: NetworkFacts) -> str:
         return "no route lookup (no --master / MASTER_ADDR)"
     how = "ip route get" if r.method == "kernel" else "longest prefix in /proc/net/route"
     via = f" via {r.gateway}" if r.gateway else ""
-    return f"{how} {r.destination} -> dev {r.interface}{via} src {r.source}"
+    src = f" src {r.source}" if r.source else ""
+    return f"{how} {r.destination} -> dev {r.interface}{via}{src}"
 
 
 def _suggested_ifname(net: NetworkFacts) -> str:
@@ -96,13 +102,15 @@ def ifname_unusable(facts: NodeFacts) -> Problem | None:
     matched = [i for i in facts.network.interfaces if if_list_matches(forced, i.name)]
     if not matched:
         return None  # socket.ifname-missing says it
-    usable = [i for i in matched if i.running and (i.ipv4 or i.ipv6)]
+    family = socket_family(facts.env.effective.get("NCCL_SOCKET_FAMILY"))
+    found = {name for name, _ in find_interfaces(candidates(matched), forced, family, 16)}
+    usable = [i for i in matched if i.name in found]
     local_only = all(i.kind == "loopback" or i.name.startswith(("docker", "virbr")) for i in usable)
     if usable and not (local_only and facts.multi_node):
         return None
     name = _suggested_ifname(facts.network)
     why = (
-        "none is running with an address: NCCL finds no interface"
+        "none is running with a usable address: NCCL finds no interface"
         if not usable
         else "only loopback/docker interfaces: other nodes cannot reach them"
     )
@@ -305,16 +313,18 @@ def master_no_route(facts: NodeFacts) -> Problem | None:
 def master_nat_bridge(facts: NodeFacts) -> Problem | None:
     """The master is reached from a Docker bridge address through a gateway (NAT)."""
     net, route = facts.network, facts.network.route_to_master
-    if route is None or not route.gateway or not route.source:
+    if route is None or not route.gateway:
         return None
-    source = ipaddress.ip_address(route.source)
+    gateway = ipaddress.ip_address(route.gateway)
+    source = ipaddress.ip_address(route.source) if route.source else None
     iface = _iface(net, route.interface)
     veth = iface is not None and iface.kind == "veth"
-    if source not in _DOCKER_BRIDGE and not (veth and source in _PRIVATE_172):
+    on_bridge = gateway in _DOCKER_BRIDGE or (source is not None and source in _DOCKER_BRIDGE)
+    if not on_bridge and not (veth and gateway in _PRIVATE_172):
         return None
     return Problem(
         Severity.FAIL,
-        f"this node reaches the master from {source} via gateway {route.gateway}: behind Docker NAT",
+        f"this node reaches the master from {source or route.interface} via gateway {gateway}: behind Docker NAT",
         evidence=[
             _route_line(net),
             *([_describe(iface)] if iface else []),

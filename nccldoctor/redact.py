@@ -20,10 +20,11 @@ SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
 _SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 # scheme://user:pass@host or scheme://token@host: everything between "//" and "@".
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-# NAME=value where NAME holds a secret word; value runs to whitespace or a quote/comma.
+# NAME=value (or "name": "value") where NAME holds a secret word; the value runs to whitespace,
+# a quote, a comma or a semicolon.
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*(?:" + "|".join(SECRET_WORDS) + r")[A-Za-z0-9_.-]*)"
-    r"(?P<sep>\s*[=:]\s*)(?P<value>(?!" + re.escape(REDACTED) + r")[^\s\"',;]+)",
+    r"(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>(?!" + re.escape(REDACTED) + r")[^\s\"',;]+)",
     re.IGNORECASE,
 )
 

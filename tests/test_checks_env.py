@@ -30,6 +30,15 @@ def test_malformed_values():
     assert not findings("env.malformed-value", host_facts(IB, good))
 
 
+def test_malformed_torch_switches():
+    env = {"TORCH_NCCL_BLOCKING_WAIT": "on", "NCCL_ASYNC_ERROR_HANDLING": "abort"}
+    hits = findings("env.malformed-value", host_facts(IB, env))
+    assert {f.title.split("=")[0] for f in hits} == set(env)
+    assert all(f.severity is Severity.FAIL for f in hits)
+    good = {"TORCH_NCCL_BLOCKING_WAIT": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
+    assert not findings("env.malformed-value", host_facts(IB, good))
+
+
 def test_socket_ifname_ignored():
     (hit,) = findings("env.socket-ifname-ignored", host_facts(IB, {"NCCL_SOCKET_IFNAME": "e"}))
     assert "ignored" in hit.title and "ib0" in hit.evidence[2]

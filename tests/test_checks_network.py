@@ -32,6 +32,8 @@ def test_ifname_unusable_down_or_loopback():
     lo = _one("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}, MASTER))
     assert "loopback" in lo.title
     assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "lo"}))
+    v6_only = {"NCCL_SOCKET_IFNAME": "eno1", "NCCL_SOCKET_FAMILY": "AF_INET6"}
+    assert findings("socket.ifname-unusable", host_facts(IB, v6_only))  # eno1 has no IPv6
     assert not findings("socket.ifname-unusable", host_facts(IB, {"NCCL_SOCKET_IFNAME": "ib0"}))
 
 
@@ -116,6 +118,8 @@ def _nat_node(source: str) -> NodeFacts:
 def test_master_nat_bridge():
     hit = _one("master.nat-bridge", _nat_node("172.17.0.3"))
     assert "--network host" in hit.fix and hit.category == "docker_network"
+    (captured,) = findings("master.nat-bridge", host_facts("docker-bridge", {}, MASTER))
+    assert "via gateway 172.17.0.1" in captured.title
     assert not findings("master.nat-bridge", host_facts(IB, {}, "198.18.99.1"))  # gateway, no NAT
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import time
@@ -38,6 +39,29 @@ def test_route_table_longest_prefix_and_gateway():
     assert own.interface == "lo"
 
 
+def _hex6(address: str) -> str:
+    return ipaddress.IPv6Address(address).exploded.replace(":", "")
+
+
+def test_ipv6_route_table(tmp_path: Path):
+    root = copy_host("ib-two-hca", tmp_path)
+
+    def row(dest: str, plen: int, hop: str, metric: int, flags: int, dev: str) -> str:
+        # net/ipv6/route.c ipv6_route_native_seq_show: "%pi6 %02x %pi6 %02x %pi6 %08x %08x %08x %08x %8s"
+        zero = _hex6("::")
+        return f"{_hex6(dest)} {plen:02x} {zero} 00 {_hex6(hop)} {metric:08x} 00000001 00000000 {flags:08x} {dev:>8}\n"
+
+    (root / "proc/net/ipv6_route").write_text(
+        row("fd00:18::", 64, "::", 256, 0x1, "eno1")
+        + row("::", 0, "fd00:18::1", 1024, 0x3, "eno1")
+        + row("::", 0, "::", 0xFFFFFFFF, 0x200, "lo")
+    )
+    near = network.probe(root, {}, "fd00:18::7").route_to_master
+    assert (near.interface, near.gateway, near.error) == ("eno1", None, None)
+    far = network.probe(root, {}, "fd00:99::1").route_to_master
+    assert (far.interface, far.gateway) == ("eno1", "fd00:18::1")
+
+
 def test_proc_net_route_hex_is_little_endian():
     assert _le_ip("010A12C6") == "198.18.10.1"
 
@@ -47,6 +71,7 @@ def test_hostname_from_hosts_file_127_0_1_1():
     assert net.hostname == "trainer-02"
     assert net.hostname_addresses == ["127.0.1.1"]
     assert net.hosts_file_entries == ["127.0.1.1\ttrainer-02.example.internal\ttrainer-02"]
+    assert net.fqdn == "trainer-02.example.internal"
 
 
 def test_master_name_resolved_from_tree_hosts_file():

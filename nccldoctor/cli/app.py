@@ -8,6 +8,7 @@ import typer
 
 from nccldoctor import __version__
 from nccldoctor.cli import check, explain, preflight, watch
+from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
     name="nccldoctor",
@@ -20,6 +21,7 @@ app.command("preflight")(preflight.preflight)
 app.command("explain")(explain.explain)
 app.command("check")(check.check)
 app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
+app.command("report")(report_command.report)
 
 
 def _version(value: bool) -> None:

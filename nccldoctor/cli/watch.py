@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,9 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import abort, stderr
+from nccldoctor.cluster.rendezvous import RendezvousError
 from nccldoctor.report import write_report
+from nccldoctor.watch.peers import WatchPeers
 from nccldoctor.watch.report import watch_report
 from nccldoctor.watch.supervisor import WatchConfig, WatchOutcome, run_watched
 
@@ -28,6 +31,18 @@ def watch(
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="Report a hang but leave the job running.")
     ] = False,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master",
+            envvar="NCCLDOCTOR_MASTER",
+            help="Meet the other nodes' watchers through a store on this address.",
+        ),
+    ] = None,
+    port: Annotated[
+        int,
+        typer.Option("--port", envvar="NCCLDOCTOR_WATCH_PORT", help="The watchers' store port."),
+    ] = 29402,
 ) -> None:
     """Run CMD with NCCL/PyTorch debugging on; on a hang or crash write the report.
 
@@ -43,11 +58,15 @@ def watch(
         write_report(report, report_path)
         stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
 
+    peers = None
+    if master:
+        try:
+            peers = WatchPeers.join(master, port, socket.gethostname(), timeout_s=60.0)
+        except RendezvousError as exc:
+            raise abort(f"cannot meet the other watchers: {exc}", code=3) from exc
     try:
         outcome = run_watched(
-            WatchConfig(
-                command=command, out_dir=out, hang_after_s=hang_after, keep_running=keep_running
-            ),
+            WatchConfig(command, out, hang_after, keep_running, peers),
             on_event=lambda msg: stderr.print(f"nccldoctor: {msg}"),
             on_hang=lambda o: write(o, final=False),
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import time
 import uuid
@@ -22,7 +23,7 @@ from typing import Any
 from nccldoctor.cluster import gate, launcher, merge, rendezvous, results, verdict, watchdog
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
-from nccldoctor.cluster.reach import is_local, local_interfaces, reach
+from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.facts import NodeFacts, to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
@@ -81,6 +82,7 @@ class NodeAgent:
         self.gate: gate.GateServer | None = None
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
+        self._hello_found: list[Finding] = []
         self._stopping = False
         self.started = time.monotonic()
 
@@ -179,54 +181,49 @@ class NodeAgent:
             self.run.area_status.update(pf.area_status)
 
     def _reach(self) -> None:
-        c, t = self.config, self.config.timeouts
+        c, t, run = self.config, self.config.timeouts, self.run
         with self.phase("reach") as row:
-            self.run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(c.master))
-            if self.run.is_master:
-                self._host()
-            result = reach(c.master, c.port, time.monotonic() + t.reach)
-            self.run.reach = asdict(result)
-            row["detail"] = f"{result.interface} → {c.master}:{c.port}"
-            if not result.connected:
+            deadline = time.monotonic() + t.reach
+            result = locate(c.master)
+            run.reach = asdict(result)
+            if result.resolve_error:
                 self._fail(
-                    reach_findings(result, c.port, self.run.node),
-                    f"reach: {result.resolve_error or result.error}",
+                    reach_findings(result, c.port, run.node), f"reach: {result.resolve_error}"
                 )
-            self.run.findings.extend(
-                interface_findings(
-                    self.run.node,
-                    result.interface,
-                    local_interfaces(),
-                    self.env,
-                    self.run.facts.network.nccl_default_pick if self.run.facts else None,
-                )
-            )
-            if self.run.is_master:
-                return
             address = result.addresses[0]
-            reply = gate.say_hello(
-                address,
-                c.gate_port,
-                self.run.node,
-                result.source or "",
-                c.token,
-                time.monotonic() + t.reach,
-            )
-            self.run.hello = {
-                "ok": reply.ok,
-                "seen": reply.seen,
-                "advertised": result.source,
-                "skew_s": reply.skew_s,
-                "rtt_s": reply.rtt_s,
-                "error": reply.error,
-            }
-            found = hello_findings(
-                reply, result.source or "", self.run.node, f"{address}:{c.gate_port}"
-            )
-            if not reply.ok:
-                self._fail(found, f"reach: {reply.error}")
-            self.run.findings.extend(found)
-            self.run.run_id = reply.run_id
+            run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
+            row["detail"] = f"{result.interface} → {address}:{c.port}"
+            if run.is_master:
+                self._host()
+            else:  # hello first: the master learns of this node even when its store port is blocked
+                self._hello(result, deadline)
+            connect(result, c.port, max(deadline, time.monotonic() + 3))
+            run.reach = asdict(result)
+            if not result.connected:
+                if not run.is_master:
+                    gate.send_note(address, c.gate_port, run.node, c.token, str(result.error))
+                self._fail(reach_findings(result, c.port, run.node), f"reach: {result.error}")
+            if run.hello and not run.hello["ok"]:
+                self._fail(self._hello_found, f"reach: {run.hello['error']}")
+
+    def _hello(self, result: ReachResult, deadline: float) -> None:
+        c, run = self.config, self.run
+        address, advertised = result.addresses[0], result.source or ""
+        reply = gate.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
+        run.hello = {
+            "ok": reply.ok,
+            "seen": reply.seen,
+            "advertised": advertised,
+            "skew_s": reply.skew_s,
+            "rtt_s": reply.rtt_s,
+            "error": reply.error,
+        }
+        self._hello_found = hello_findings(reply, advertised, run.node, f"{address}:{c.gate_port}")
+        if reply.refused:
+            self._fail(self._hello_found, f"reach: {reply.error}")
+        if reply.ok:
+            run.findings.extend(self._hello_found)
+            run.run_id = reply.run_id
 
     def _host(self) -> None:
         """The master's store and gate, up before anyone can knock."""
@@ -307,15 +304,35 @@ class NodeAgent:
                 )
 
     def _bootstrap(self) -> None:
+        """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed), compared with
+        the kernel's route to the master and the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
+        run = self.run
         with self.phase("bootstrap") as row:
+            pick = run.facts.network.nccl_default_pick if run.facts else None
+            libraries = [lib.path for lib in run.facts.software.nccl_libraries if not lib.error]
             try:
                 from nccldoctor.probes.libnccl import bootstrap_probe
             except ImportError:
-                row["status"], row["detail"] = "skipped", "no libnccl bootstrap probe available"
-                return
-            probe = bootstrap_probe(None, self.env, self.config.timeouts.bootstrap)
-            self.run.bootstrap = to_dict(probe) if not isinstance(probe, dict) else probe
-            row["detail"] = str(self.run.bootstrap.get("interface") or "")
+                bootstrap_probe = None
+            if bootstrap_probe is None or not libraries:
+                row["status"], row["detail"] = "skipped", "libnccl or its bootstrap probe missing"
+            else:
+                probe = bootstrap_probe(libraries[0], self.env, self.config.timeouts.bootstrap)
+                used = bootstrap_interface(probe.output_lines)
+                run.bootstrap = {
+                    "library": libraries[0],
+                    "rc": probe.rc,
+                    "error": probe.error,
+                    "interface": used,
+                    "lines": probe.output_lines[-20:],
+                }
+                pick = used[0] if used else pick
+                row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+            run.findings.extend(
+                interface_findings(
+                    run.node, (run.reach or {}).get("interface"), local_interfaces(), self.env, pick
+                )
+            )
 
     def _tcp(self) -> None:
         c, run = self.config, self.run
@@ -483,6 +500,20 @@ class NodeAgent:
             entries=self.entries,
             command=self.command,
         )
+
+
+# NCCL bootstrap.cc: "Bootstrap : Using%s" (<=2.23) / "Bootstrap: Using%s" (2.24+), where %s is
+# " <ifname>:<addr><port>" from ncclSocketToString (shared/reference/nccl-logs.md §4).
+_BOOTSTRAP_USING = re.compile(r"Bootstrap ?: Using\s+([^:\s]+):(\S+?)<\d+>")
+
+
+def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
+    """(interface, address) of NCCL's "Bootstrap: Using" line, if it printed one."""
+    for line in lines:
+        match = _BOOTSTRAP_USING.search(line)
+        if match:
+            return match.group(1), match.group(2)
+    return None
 
 
 def _run_status(run: NodeRun) -> str:

@@ -222,8 +222,8 @@ def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> lis
                     node=h.node,
                 )
             )
-    blocked = {(h.node, h.seen) for h in hellos if h.accepted} - joined
-    for name, seen in sorted(blocked):
+    reasons = {(h.node, h.seen): h.reason for h in hellos if h.accepted}
+    for name, seen in sorted(set(reasons) - joined):
         findings.append(
             Finding(
                 "run.node-never-joined",
@@ -231,7 +231,7 @@ def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> lis
                 Severity.FAIL,
                 f"node {name} ({seen}) reached nccldoctor's port {port + 1} but never joined the "
                 f"store on port {port}",
-                [f"hello from {seen}", "no store connection before the rendezvous deadline"],
+                [f"hello from {seen}", f"the node says: {reasons[name, seen] or 'nothing more'}"],
                 f"Allow TCP port {port} on the master for {seen} (iptables -S / ufw status).",
                 area="cluster",
                 node=name,

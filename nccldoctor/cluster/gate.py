@@ -110,6 +110,8 @@ class GateServer:
                     _send(
                         conn, {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
                     )
+                elif request.get("op") == "note":
+                    self._note(str(request.get("node", "?")), peer, str(request.get("error", "")))
                 elif request.get("op") == "tcp":
                     self._tcp(conn, str(request.get("node", peer)), float(request["seconds"]))
             except (OSError, ValueError, KeyError, TypeError):
@@ -131,6 +133,13 @@ class GateServer:
     def _record(self, hello: Hello) -> None:
         with self._lock:
             self.hellos.append(hello)
+
+    def _note(self, node: str, peer: str, error: str) -> None:
+        """A node that said hello reports why it cannot go on (e.g. the store port is blocked)."""
+        with self._lock:
+            for hello in self.hellos:
+                if (hello.node, hello.seen) == (node, peer):
+                    hello.reason = error
 
     def snapshot(self) -> list[Hello]:
         with self._lock:
@@ -166,6 +175,16 @@ def say_hello(
         if time.monotonic() + 0.5 >= deadline:
             return HelloReply(False, error=last)
         time.sleep(0.5)
+
+
+def send_note(master: str, port: int, node: str, token: str | None, error: str) -> None:
+    """Best effort, a few seconds at most: tell the master why this node stops."""
+    message = {"op": "note", "node": node, "token": token or "", "error": error}
+    try:
+        with socket.create_connection((master, port), timeout=3) as conn:
+            _send(conn, message)
+    except OSError:
+        return
 
 
 def measure_tcp(

@@ -75,16 +75,19 @@ def is_local(address: str) -> bool:
         return False
 
 
-def reach(master: str, port: int, deadline: float, retry_s: float = 0.5) -> ReachResult:
-    """Resolve ``master``, find the route, and TCP-connect to ``port`` until ``deadline``."""
-    start = time.monotonic()
+def locate(master: str) -> ReachResult:
+    """Resolve ``master`` and ask the kernel for the route; no packet is sent."""
     result = ReachResult(master)
     result.addresses, result.resolve_error = resolve(master)
-    if not result.addresses:
-        result.elapsed_s = time.monotonic() - start
-        return result
+    if result.addresses:
+        result.interface, result.source = route_to(result.addresses[0])
+    return result
+
+
+def connect(result: ReachResult, port: int, deadline: float, retry_s: float = 0.5) -> ReachResult:
+    """TCP-connect to the located master's ``port``, retrying until ``deadline`` (monotonic)."""
+    start = time.monotonic()
     address = result.addresses[0]
-    result.interface, result.source = route_to(address)
     while True:
         result.attempts += 1
         left = deadline - time.monotonic()

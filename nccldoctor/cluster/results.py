@@ -9,6 +9,10 @@ from typing import Any
 
 from nccldoctor.cluster.watchdog import RankWatch, WatchResult
 
+# How a worker's own phase watch ends its error when a phase outlived its deadline (worker.py):
+# the rank was blocked, not told "timeout" by the backend, so it is the stuck one.
+WORKER_DEADLINE = "(worker deadline)"
+
 
 def load_result(rank_dir: Path) -> dict[str, Any] | None:
     """A worker's ``result.json``, or None when it never wrote one (or wrote garbage)."""
@@ -23,7 +27,8 @@ def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> dict[str, Any]:
     """One entry of ``ranks``: where the rank got to and how it ended."""
     failed = next((e for e in reversed(watch.events) if e.get("status") == "fail"), None)
     error = (result or {}).get("error") or (failed or {}).get("detail") or None
-    if watch.stuck:
+    stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
+    if stuck:
         state = "stuck"
     elif watch.exit_code == 0 and (result or {}).get("ok", False):
         state = "ok"
@@ -42,9 +47,10 @@ def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> dict[str, Any]:
         "exit_code": watch.exit_code,
         "error": error,
         "ended_at": (failed or (watch.events[-1] if watch.events else {})).get("t"),
-        "stuck": watch.stuck,
+        "stuck": stuck,
         "last_nccl_lines": watch.last_nccl_lines,
-        "stacks": watch.stacks,
+        "stacks": watch.stacks
+        or (_read(watch.launched.rank_dir / "stacks.txt") if state != "ok" else None),
         "flight_recorder": watch.flight_recorder,
         "log_path": str(watch.launched.log_path),
     }
@@ -106,6 +112,13 @@ def mnist_section(results: dict[int, dict]) -> dict[str, Any] | None:
     section = {k: v for k, v in first["mnist"].items() if k != "param_checksum"}
     section["params_identical"] = first.get("params_identical")
     return section
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace") or None
+    except OSError:
+        return None
 
 
 def _tail(path: Path, count: int = 3) -> str:

@@ -26,7 +26,9 @@ from pathlib import Path
 from nccldoctor.cluster.launcher import Launched
 from nccldoctor.cluster.timeouts import Timeouts
 
-GRACE_S = 2.0  # past a phase budget before the agent steps in: the worker's own timeout first
+# Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
+# phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
+GRACE_S = 4.0
 WORKER_PHASES = (
     "init",
     "barrier",

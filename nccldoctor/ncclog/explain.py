@@ -184,7 +184,11 @@ def answer(extra: dict[str, Any]) -> str:
         text += f": bootstrap on {boot}" if boot else ""
         return text + "; no communicator was initialised in these logs"
     node_text = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes else "? nodes"
-    head = f"{func} over {nranks} rank{'s' if nranks != 1 else ''} on {node_text}"
+    ranks = f"{nranks} rank{'s' if nranks != 1 else ''} on {node_text}"
+    if func in ("NCCL", "?"):
+        head = f"{'Collectives' if func == '?' else 'Communicator'} of {ranks}"
+    else:
+        head = f"{func} over {ranks}"
     parts = []
     network, transports = extra.get("network"), extra.get("transports") or []
     if any(t.startswith("NET/") for t in transports) or (network and (nodes or 1) > 1):

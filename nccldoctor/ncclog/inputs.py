@@ -64,11 +64,17 @@ def _open(name: str) -> BinaryIO:
         magic = probe.read(2)
     if magic == b"\x1f\x8b":
         return gzip.open(name, "rb")  # type: ignore[return-value]
-    return open(name, "rb")
+    return open(name, "rb", buffering=0)  # whole-block reads: no second copy through a buffer
+
+
+Block = tuple[bytes, int, int]  # data[start:end] is whole lines, each ending in a newline
 
 
 class BlockReader:
-    """Iterate over blocks of whole lines; ``truncated`` counts lines cut to ``max_line``."""
+    """Iterate over blocks of whole lines without copying them out of the read buffer.
+
+    ``truncated`` counts lines cut to ``max_line``; ``read_error`` says why reading stopped early.
+    """
 
     def __init__(self, name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) -> None:
         self.name = name
@@ -77,14 +83,14 @@ class BlockReader:
         self.truncated = 0
         self.read_error: str | None = None
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[Block]:
         try:
             stream = _open(self.name)
         except OSError as exc:
             self.read_error = f"{type(exc).__name__}: {exc}"
             return
-        carry = b""
-        skipping = False  # inside the unread tail of an over-long line
+        carry = b""  # the start of a line the next read completes
+        skipping = False  # inside the unread rest of an over-long line
         try:
             while True:
                 try:
@@ -94,49 +100,53 @@ class BlockReader:
                     data = b""
                 if not data:
                     break
+                start = 0
                 if skipping:
                     nl = data.find(b"\n")
                     if nl < 0:
                         continue
-                    data = data[nl:]  # keep the newline: it ends the cut line already emitted
-                    skipping = False
-                buf = carry + data if carry else data
-                end = buf.rfind(b"\n")
-                if end < 0:
-                    carry = buf
-                else:
-                    carry = buf[end + 1 :]
-                    yield self._cap(buf[: end + 1])
+                    start, skipping = nl + 1, False
+                if carry:
+                    nl = data.find(b"\n", start)
+                    if nl < 0:
+                        carry += data[start:]
+                        start = len(data)
+                    else:
+                        yield self._capped(
+                            carry + data[start : nl + 1], 0, len(carry) + nl + 1 - start
+                        )
+                        carry, start = b"", nl + 1
+                end = data.rfind(b"\n", start) + 1
+                if end > start:
+                    yield self._capped(data, start, end)
+                    carry = data[end:]
+                elif start < len(data):
+                    carry += data[start:]
                 if len(carry) > self.max_line:
                     self.truncated += 1
-                    yield carry[: self.max_line] + b"\n"
-                    carry = b""
-                    skipping = True
+                    yield carry[: self.max_line] + b"\n", 0, self.max_line + 1
+                    carry, skipping = b"", True
             if carry:
-                yield self._cap(carry + b"\n")
+                yield self._capped(carry + b"\n", 0, len(carry) + 1)
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
 
-    def _cap(self, block: bytes) -> bytes:
-        """Cut every line of ``block`` longer than ``max_line`` (rare: checked in C first)."""
-        if len(block) <= self.max_line or not _has_long_line(block, self.max_line):
-            return block
-        lines = block.split(b"\n")
-        out = []
-        for line in lines:
+    def _capped(self, data: bytes, start: int, end: int) -> Block:
+        """Cut every line longer than ``max_line`` (rare: ruled out in C first)."""
+        if end - start <= self.max_line or not _has_long_line(data, start, end, self.max_line):
+            return data, start, end
+        lines = data[start:end].split(b"\n")
+        for i, line in enumerate(lines):
             if len(line) > self.max_line:
                 self.truncated += 1
-                line = line[: self.max_line]
-            out.append(line)
-        return b"\n".join(out)
+                lines[i] = line[: self.max_line]
+        text = b"\n".join(lines)
+        return text, 0, len(text)
 
 
-def _has_long_line(block: bytes, limit: int) -> bool:
-    """True when ``block`` may hold a line over ``limit``: a line that long covers a whole
+def _has_long_line(data: bytes, start: int, end: int, limit: int) -> bool:
+    """True when ``data[start:end]`` may hold a line over ``limit``: such a line covers a whole
     aligned window of ``limit // 2`` bytes without a newline, so a few C-level finds decide."""
     step = max(1, limit // 2)
-    return any(
-        block.find(b"\n", start, start + step) < 0
-        for start in range(0, len(block) - step + 1, step)
-    )
+    return any(data.find(b"\n", at, at + step) < 0 for at in range(start, end - step + 1, step))

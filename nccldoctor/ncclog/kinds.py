@@ -25,6 +25,7 @@ class LineKind(NamedTuple):
     needle: str
     pattern: re.Pattern[str]
     fold: Fold
+    repeats: bool = False  # identical lines recur (one per call): the parser memoises them
 
 
 # Names as the tuning table and NCCL_ALGO spell them (src/include/device.h, enqueue.cc).
@@ -251,7 +252,10 @@ def _tuning_row(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 def _algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     algo = canonical(m["algo"], ALGORITHMS)
     proto = canonical(m["proto"], PROTOCOLS)
-    p.comm().add_algo(m["func"] or "?", algo, proto, int(m["bytes"]))
+    c = p.comm()
+    # 2.20–2.22 print no function name: the collective traced just before is the one tuned
+    func = m["func"] or (c.last_op.func if c.last_op else "?")
+    c.add_algo(func, algo, proto, int(m["bytes"]))
 
 
 def _special_algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
@@ -290,8 +294,8 @@ def _hint(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
         p.warns[-1].hints.append(e.msg)
 
 
-def _k(name: str, needle: str, pattern: str, fold: Fold) -> LineKind:
-    return LineKind(name, needle, re.compile(pattern), fold)
+def _k(name: str, needle: str, pattern: str, fold: Fold, repeats: bool = False) -> LineKind:
+    return LineKind(name, needle, re.compile(pattern), fold, repeats)
 
 
 _INIT = (
@@ -314,10 +318,10 @@ KINDS: tuple[LineKind, ...] = (
     # per-call algorithm (enqueue.cc: 2.20–2.22 no name, 2.23 numeric, 2.24+ names)
     _k("algorithm", " Bytes -> Algo ",
        r"(?:(?P<func>\w+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)",
-       _algo),
+       _algo, repeats=True),
     _k("algorithm_special", " Bytes -> ",
        r"(?P<func>\w+) \[(?P<how>Symmetric|Copy Engine|Hierarchical CE)\]: (?P<bytes>\d+) "
-       r"Bytes -> (?P<detail>.+)", _special_algo),
+       r"Bytes -> (?P<detail>.+)", _special_algo, repeats=True),
     _k("transport", " via ", _VIA, _connection),
     _k("collnet", "CollNet ",
        r"CollNet (?P<channel>\d+)/(?P<conn>\d+) : (?P<rank>\d+) \[(?P<dir>send|receive)\] "
@@ -381,13 +385,11 @@ KINDS: tuple[LineKind, ...] = (
 )  # fmt: skip
 
 
-def fold_line(proc: ProcessLog, env: Envelope) -> str | None:
-    """Apply the first kind that matches ``env.msg``; return its name, or None if unknown."""
-    msg = env.msg
+def match_kind(msg: str) -> tuple[LineKind, re.Match[str]] | None:
+    """The first kind whose needle and pattern match ``msg`` (the text after ``NCCL INFO``)."""
     for kind in KINDS:
         if kind.needle in msg:
             m = kind.pattern.match(msg)
             if m is not None:
-                kind.fold(proc, m, env)
-                return kind.name
+                return kind, m
     return None

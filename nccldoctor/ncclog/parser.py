@@ -1,11 +1,11 @@
 """The streaming parser: blocks of lines in, per-process records out, in one pass.
 
-Hot path. A block is split into lines in C; collective-trace lines (``… opCount …``, most of a
-``NCCL_DEBUG_SUBSYS=COLL`` log) are filtered out by a list comprehension, and of those only the
-last ones per block (and the last one of every known communicator, found with ``rfind``) are
-parsed: a rank's collective history is summarised by its latest operations, which is what the
-cross-rank analysis compares. Every other line is decoded, split into its envelope and folded
-through the kinds table. Memory per source is one block plus bounded records.
+Hot path. Most of a long log is collective-trace lines (``AllReduce: opCount …``, one per call
+per rank with ``NCCL_DEBUG_SUBSYS=COLL``) and ``NCCL CALL`` lines. A rank's collective history
+is summarised by its latest operations per communicator, which is what the cross-rank analysis
+compares, so those lines are counted in C and only the last one per communicator and block
+(plus the final ones of the source) is parsed. Every other line is decoded, split into its
+envelope and folded through the kinds table. Memory per source: two blocks plus bounded records.
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 
 from nccldoctor.ncclog.envelope import parse_line
-from nccldoctor.ncclog.inputs import BlockReader, Source
-from nccldoctor.ncclog.kinds import fold_line
+from nccldoctor.ncclog.inputs import Block, BlockReader, Source
+from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import SignatureHit, merge_hits, record
 
 COLL_NEEDLE = b": opCount "
-TAIL_OPS = 64  # collective lines parsed at the end of each block
+CALL_NEEDLE = b" NCCL CALL "
+TAIL_OPS = 32  # collective lines parsed at the end of a source
+SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
+MEMO_LIMIT = 4096
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
@@ -36,6 +39,7 @@ class LogSet:
     lines: int = 0
     nccl_lines: int = 0
     coll_lines: int = 0
+    call_lines: int = 0  # NCCL_DEBUG_SUBSYS=CALL trace, counted only
     other_lines: int = 0  # not NCCL debug output (the app, PyTorch, the launcher)
     unknown_lines: int = 0  # NCCL lines of no known kind
     garbled_lines: int = 0  # say NCCL but have no parsable envelope
@@ -53,7 +57,14 @@ class LogSet:
             else:
                 _merge_into(mine, proc)
         self.sources.extend(other.sources)
-        for name in ("lines", "nccl_lines", "coll_lines", "other_lines", "unknown_lines"):
+        for name in (
+            "lines",
+            "nccl_lines",
+            "coll_lines",
+            "call_lines",
+            "other_lines",
+            "unknown_lines",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.garbled_lines += other.garbled_lines
         self.truncated_lines += other.truncated_lines
@@ -91,11 +102,20 @@ def _merge_into(mine: object, other: object) -> None:
 
 
 class SourceParser:
-    """Parses one source; feed it blocks, then read ``result``."""
+    """Parses one source; feed it blocks of whole lines, call ``finish``, read ``result``.
+
+    A block made only of collective lines of known communicators and ``NCCL CALL`` lines is
+    recognised by counting (``bytes.count`` in C: newlines, each communicator's needle, CALL
+    lines) and costs no Python per line: only the last line of each communicator in it is
+    parsed. Any other block is split into lines and its other lines are parsed one by one.
+    """
 
     def __init__(self, name: str) -> None:
         self.result = LogSet(sources=[name])
         self._last_key: str | None = None
+        self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
+        self._last_coll: Block | None = None  # its tail holds the latest collectives
+        self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -104,56 +124,118 @@ class SourceParser:
         self._last_key = key
         return proc
 
-    def feed(self, block: bytes) -> None:
-        lines = block.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
+    def _comm_needles(self) -> dict[str, bytes]:
+        for proc in self.result.processes.values():
+            for ptr in proc.comms:
+                if ptr not in self._needles and ptr.startswith("0x"):
+                    self._needles[ptr] = f" comm {ptr} [nranks=".encode()
+        return self._needles
+
+    def feed(self, data: bytes, start: int, end: int) -> None:
+        """Take the whole lines ``data[start:end]``."""
+        active = self._region(data, start, end)
+        for ptr in active:  # each communicator's latest collective in this block
+            at = data.rfind(self._needles[ptr], start, end)
+            self.line(
+                data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)], counted=True
+            )
+        if active:
+            self._last_coll = (data, start, end)
+        self._mark_last(data, start, end)
+
+    def _region(self, data: bytes, start: int, end: int) -> set[str]:
+        """Account for ``data[start:end]``; return the communicators with collectives in it.
+
+        A region of nothing but known collectives and CALL lines is done by counting alone;
+        otherwise it is halved until the halves are small, and those are parsed line by line.
+        """
         result = self.result
-        result.lines += len(lines)
-        rest = [line for line in lines if COLL_NEEDLE not in line]
-        n_coll = len(lines) - len(rest)
+        n_lines = data.count(b"\n", start, end)
+        n_call = data.count(CALL_NEEDLE, start, end)
+        per_comm = {
+            ptr: n
+            for ptr, needle in self._comm_needles().items()
+            if (n := data.count(needle, start, end))
+        }
+        n_known = sum(per_comm.values())
+        if n_known + n_call == n_lines:
+            result.lines += n_lines
+            result.nccl_lines += n_lines
+            result.coll_lines += n_known
+            result.call_lines += n_call
+            return set(per_comm)
+        if end - start > SPLIT_BYTES:
+            mid = data.find(b"\n", (start + end) // 2, end) + 1
+            if start < mid < end:
+                return self._region(data, start, mid) | self._region(data, mid, end)
+        result.lines += n_lines
+        n_coll = self._lines(data[start:end], n_call)
+        if n_coll > n_known:  # collectives of communicators we have not met: meet them
+            self._tail(data, start, end)
+        return {
+            ptr
+            for ptr, needle in self._comm_needles().items()
+            if data.find(needle, start, end) >= 0
+        }
+
+    def _lines(self, text: bytes, n_call: int) -> int:
+        """Parse every line but collective and CALL lines; return how many collectives it held."""
+        lines = text.split(b"\n")
+        lines.pop()  # regions end with a newline
+        rest = [line for line in lines if COLL_NEEDLE not in line and CALL_NEEDLE not in line]
+        n_coll = len(lines) - len(rest) - n_call
+        result = self.result
+        result.coll_lines += n_coll
+        result.call_lines += n_call
+        result.nccl_lines += n_coll + n_call
+        memo = self._memo
         for raw in rest:
-            if raw:
+            hit = memo.get(raw)
+            if hit is not None:
+                key, kind, m, env, line = hit
+                proc = result.processes[key]
+                kind.fold(proc, m, env)
+                proc.last_line = line
+                result.nccl_lines += 1
+            elif raw:
                 self.line(raw)
-        if n_coll:
-            result.coll_lines += n_coll
-            result.nccl_lines += n_coll
-            self._collectives(lines, block)
-        self._mark_last(lines)
+        return n_coll
 
-    def _collectives(self, lines: list[bytes], block: bytes) -> None:
+    def _tail(self, data: bytes, start: int, end: int) -> None:
+        """Parse the last collective lines of ``data[start:end]``, oldest first."""
         tail: list[bytes] = []
-        i = len(lines) - 1
-        while i >= 0 and len(tail) < TAIL_OPS:
-            if COLL_NEEDLE in lines[i]:
-                tail.append(lines[i])
-            i -= 1
-        seen: set[str] = set()
+        stop = end - 1
+        while stop > start and len(tail) < TAIL_OPS:
+            first = data.rfind(b"\n", start, stop) + 1 or start
+            if data.find(COLL_NEEDLE, first, stop) >= 0:
+                tail.append(data[first:stop])
+            stop = first - 1
         for raw in reversed(tail):
-            seen.add(self.line(raw, counted=True) or "")
-        # a communicator quiet in this block's tail may still have its last op earlier on
-        for proc in list(self.result.processes.values()):
-            for ptr in list(proc.comms):
-                if ptr in seen or not ptr.startswith("0x"):
-                    continue
-                at = block.rfind(f" comm {ptr} [nranks=".encode())
-                if at >= 0:
-                    start = block.rfind(b"\n", 0, at) + 1
-                    end = block.find(b"\n", at)
-                    self.line(block[start : end if end >= 0 else len(block)], counted=True)
+            self.line(raw, counted=True)
 
-    def _mark_last(self, lines: list[bytes]) -> None:
+    def finish(self) -> None:
+        if self._last_coll is not None:
+            self._tail(*self._last_coll)
+            self._last_coll = None
+
+    def _mark_last(self, data: bytes, start: int, end: int) -> None:
         """The block's last NCCL line is the last line of its process so far."""
-        for raw in lines[-1:-33:-1]:
+        stop = end - 1
+        for _ in range(32):
+            first = max(start, data.rfind(b"\n", start, stop) + 1)
+            raw = data[first:stop]
             if b" NCCL " in raw:
                 text = raw.decode("utf-8", "replace").rstrip("\r")
                 env = parse_line(text)
                 if env is not None:
                     self._process(env.head.key, env.head.host, env.head.pid).last_line = text
                 return
+            if first <= start:
+                return
+            stop = first - 1
 
-    def line(self, raw: bytes, counted: bool = False) -> str | None:
-        """Parse one line; return the comm pointer of a collective line (for the tail logic)."""
+    def line(self, raw: bytes, counted: bool = False) -> None:
+        """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
         text = raw.decode("utf-8", "replace").rstrip("\r")
         env = parse_line(text)
@@ -161,13 +243,13 @@ class SourceParser:
             if "NCCL version " in text and "+cuda" in text and "NCCL INFO" not in text:
                 if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
                     result.bare_versions.append(text.strip())
-            elif " NCCL " in text or counted:
+            elif counted or " NCCL " in text:
                 result.garbled_lines += 1
-            else:
+            elif text.strip():
                 result.other_lines += 1
             if text.strip():
                 record(result.signatures, text, self._last_key)
-            return None
+            return
         if not counted:
             result.nccl_lines += 1
         head = env.head
@@ -176,26 +258,31 @@ class SourceParser:
         if env.level == "WARN":
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
             record(result.signatures, env.msg, head.key)
-            return None
+            return
         if env.level == "CALL":
-            return None
-        kind = fold_line(proc, env)
-        if kind is None:
+            result.call_lines += 1
+            return
+        found = match_kind(env.msg)
+        if found is None:
             result.unknown_lines += 1
             if len(result.unknown_samples) < MAX_SAMPLES:
                 result.unknown_samples.append(text[:300])
-        elif kind == "coll":
-            comm = env.msg.rsplit(" comm ", 1)[-1]
-            return comm.split(" ", 1)[0]
-        return None
+            return
+        kind, m = found
+        kind.fold(proc, m, env)
+        if kind.repeats:
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[raw] = (head.key, kind, m, env, text)
 
 
 def parse_source(name: str) -> LogSet:
     """Parse one file (or ``-``); never raises on bad content."""
     reader = BlockReader(name)
     parser = SourceParser(name)
-    for block in reader:
-        parser.feed(block)
+    for data, start, end in reader:
+        parser.feed(data, start, end)
+    parser.finish()
     result = parser.result
     result.truncated_lines = reader.truncated
     if reader.read_error:

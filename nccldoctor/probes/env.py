@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -29,14 +30,32 @@ from nccldoctor.probes.sysfs import read_text
 PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "MASTER_")
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
 
-# PyTorch's legacy NCCL_* spellings of its TORCH_NCCL_* switches (ProcessGroupNCCL.hpp): NCCL
-# itself never reads them, but they are not typos.
-TORCH_NCCL_ALIASES = (
-    "NCCL_ASYNC_ERROR_HANDLING",
-    "NCCL_BLOCKING_WAIT",
-    "NCCL_DESYNC_DEBUG",
-    "NCCL_ENABLE_TIMING",
-)
+# PyTorch's ProcessGroupNCCL switches (torch 2.13 ProcessGroupNCCL.hpp), read with c10d
+# Utils.hpp getCvarBool (y/yes/1/t/true, n/no/0/f/false, any case) or getCvarInt (std::stoi);
+# anything else makes torch raise "Invalid value for environment variable" at group creation.
+TORCH_NCCL_INTS = (
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC",
+    "TORCH_NCCL_COORD_CHECK_MILSEC", "TORCH_NCCL_RANKS_PER_ROOT",
+)  # fmt: skip
+TORCH_NCCL_BOOLS = (
+    "TORCH_NCCL_BCAST_UNIQUEID", "TORCH_NCCL_HIGH_PRIORITY", "TORCH_NCCL_BLOCKING_WAIT",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_PROPAGATE_ERROR", "TORCH_NCCL_DESYNC_DEBUG",
+    "TORCH_NCCL_ENABLE_TIMING", "TORCH_NCCL_ENABLE_MONITORING", "TORCH_NCCL_RETHROW_CUDA_ERRORS",
+    "TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "TORCH_NCCL_CUDA_EVENT_CACHE",
+    "TORCH_NCCL_NAN_CHECK", "TORCH_NCCL_AVOID_RECORD_STREAMS",
+    "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+)  # fmt: skip
+_TORCH_TRUE = ("y", "yes", "1", "t", "true")
+_TORCH_FALSE = ("n", "no", "0", "f", "false")
+# The legacy NCCL_* spellings of some of those: NCCL itself never reads them, they are no typos.
+TORCH_NCCL_ALIASES = {
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+    "NCCL_ENABLE_TIMING": "TORCH_NCCL_ENABLE_TIMING",
+    "NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+}
 
 _SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH")
 REDACTED = "<redacted>"
@@ -72,6 +91,9 @@ def probe(root: Path, env: Mapping[str, str]) -> EnvFacts:
         facts.gloo_socket_ifname = [n for n in env["GLOO_SOCKET_IFNAME"].split(",") if n]
     for name, value in sorted(raw.items()):
         facts.problems.extend(_problems(name, value))
+    for name, value in sorted(env.items()):
+        if name.startswith("TORCH_NCCL_") or name in TORCH_NCCL_ALIASES:
+            facts.problems.extend(_torch_problems(name, value))
     return facts
 
 
@@ -115,10 +137,23 @@ def _conf_files(root: Path, env: Mapping[str, str]) -> dict[str, dict[str, str]]
     return files
 
 
+def _torch_problems(name: str, value: str) -> list[EnvProblem]:
+    """A TORCH_NCCL_* value torch's getCvarBool/getCvarInt would refuse."""
+    canonical = TORCH_NCCL_ALIASES.get(name, name)
+    effect = f"torch raises 'Invalid value for environment variable: {name}'"
+    if canonical in TORCH_NCCL_BOOLS and value.lower() not in _TORCH_TRUE + _TORCH_FALSE:
+        return [EnvProblem(name, redact(name, value), "not a boolean", "1", "malformed", effect)]
+    if canonical in TORCH_NCCL_INTS and not re.match(r"\s*[+-]?\d", value):
+        return [EnvProblem(name, redact(name, value), "not an integer", None, "malformed", effect)]
+    return []
+
+
 def _problems(name: str, value: str) -> list[EnvProblem]:
     known = nccl_variables()
     shown = redact(name, value)
-    if name not in known and name not in TORCH_NCCL_ALIASES:
+    if name in TORCH_NCCL_ALIASES:
+        return []  # torch's, checked by _torch_problems
+    if name not in known:
         close = difflib.get_close_matches(name, [*known, *TORCH_NCCL_ALIASES], n=1, cutoff=0.75)
         return [
             EnvProblem(

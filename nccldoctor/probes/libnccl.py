@@ -151,19 +151,19 @@ def loadable_here(root: Path) -> bool:
     return is_live(root)
 
 
-# Runs in the child: load the library, ask for a unique id, report the ncclResult_t. The unique
-# id is 128 bytes (NCCL_UNIQUE_ID_BYTES in nccl.h). os._exit skips waiting on the bootstrap root
-# thread NCCL leaves listening.
+# Runs in the child: load the library, ask for a unique id, exit with 100 + the ncclResult_t (the
+# exit status is the one channel NCCL's own threads cannot interleave with; an exception exits 1).
+# The unique id is 128 bytes (NCCL_UNIQUE_ID_BYTES in nccl.h). os._exit skips waiting on the
+# bootstrap root thread NCCL leaves listening; NCCL flushes each log line itself.
 _BOOTSTRAP_SCRIPT = """
 import ctypes, os, sys
 lib = ctypes.CDLL(sys.argv[1])
 uid = ctypes.create_string_buffer(128)
 rc = lib.ncclGetUniqueId(uid)
 sys.stdout.flush()
-print("nccldoctor-bootstrap-rc=%d" % rc, flush=True)
-os._exit(0)
+os._exit(100 + rc)
 """
-_RC_MARK = "nccldoctor-bootstrap-rc="
+_RC_BASE = 100
 
 
 def bootstrap_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -193,12 +193,10 @@ def bootstrap_probe(path: str | Path, env: Mapping[str, str], timeout: float) ->
         return BootstrapResult(None, _lines(exc.output), error=f"timed out after {timeout:g}s")
     except OSError as exc:
         return BootstrapResult(None, [], error=f"could not start the probe: {exc}")
-    lines = _lines(proc.stdout)
-    rc_lines = [line for line in lines if line.startswith(_RC_MARK)]
-    output = [line for line in lines if not line.startswith(_RC_MARK)]
-    if not rc_lines:
+    output = _lines(proc.stdout)
+    if not _RC_BASE <= proc.returncode < _RC_BASE + 100:
         return BootstrapResult(None, output, error=f"the probe exited with {proc.returncode}")
-    rc = int(rc_lines[-1][len(_RC_MARK) :])
+    rc = proc.returncode - _RC_BASE
     return BootstrapResult(rc, output, unique_id_ok=rc == 0)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nccldoctor.facts.env import IfList
+from nccldoctor.facts.network import Interface
 
 MAX_IFS = 16  # misc/socket.h MAX_IFS: parseStringList keeps at most this many entries
 
@@ -124,6 +125,16 @@ class Candidate:
     running: bool
     ipv4: tuple[str, ...] = ()  # "a.b.c.d/len"
     ipv6: tuple[str, ...] = ()
+
+
+def candidates(interfaces: Sequence[Interface]) -> list[Candidate]:
+    """Interfaces (already in ifindex order) as NCCL's getifaddrs() walk sees them."""
+    return [Candidate(i.name, bool(i.running), tuple(i.ipv4), tuple(i.ipv6)) for i in interfaces]
+
+
+def socket_family(value: str | None) -> str | None:
+    """misc/socket.cc ncclEnvSocketFamily: only the exact strings filter; anything else is none."""
+    return value if value in ("AF_INET", "AF_INET6") else None
 
 
 def find_interfaces(

@@ -22,7 +22,7 @@ from nccldoctor.probes.sysfs import read_text
 RESOLVE_DEADLINE_S = 2.0
 ROUTE_DEADLINE_S = 3.0
 
-_RTF_UP, _RTF_GATEWAY = 0x1, 0x2  # include/uapi/linux/route.h
+_RTF_UP, _RTF_GATEWAY, _RTF_REJECT = 0x1, 0x2, 0x200  # include/uapi/linux/route.h
 
 
 def hosts_entries(root: Path) -> list[tuple[str, list[str], str]]:
@@ -102,38 +102,64 @@ def _ip_route_get(address: str) -> Route:
 def _table_lookup(
     address: str, root: Path, local_addresses: Sequence[str], loopback: str | None
 ) -> Route:
-    """Longest prefix, then lowest metric, over /proc/net/route (the main table)."""
+    """Longest prefix, then lowest metric, over the captured main table."""
     target = ipaddress.ip_address(address)
     own = {a.split("/")[0] for a in local_addresses}
     if target.is_loopback or address in own:  # the local table answers before the main one
         return Route(address, interface=loopback, source=address, method="table")
-    if target.version != 4:
-        return Route(address, error="no IPv6 routing table in the capture", method="table")
-    text = read_text(root, "/proc/net/route")
+    path = "/proc/net/route" if target.version == 4 else "/proc/net/ipv6_route"
+    text = read_text(root, path)
     if text is None:
-        return Route(address, error=f"{root}/proc/net/route is missing", method="table")
+        return Route(address, error=f"{root}{path} is missing", method="table")
+    rows = _ipv4_routes(text) if target.version == 4 else _ipv6_routes(text)
     best: tuple[int, int, str, str | None] | None = None
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        try:
-            iface, dest, gateway, flags = fields[0], *(_le_ip(f) for f in fields[1:3]), fields[3]
-            metric, mask = int(fields[6]), _le_ip(fields[7])
-            flag_bits = int(flags, 16)
-        except (IndexError, ValueError):
-            continue
-        net = ipaddress.ip_network(f"{dest}/{mask}", strict=False)
-        if not flag_bits & _RTF_UP or target not in net:
+    for iface, net, gateway, metric, flags in rows:
+        if not flags & _RTF_UP or flags & _RTF_REJECT or target not in net:
             continue
         key = (net.prefixlen, -metric)
         if best is None or key > best[:2]:
-            best = (*key, iface, gateway if flag_bits & _RTF_GATEWAY else None)
+            best = (*key, iface, gateway if flags & _RTF_GATEWAY else None)
     if best is None:
         return Route(address, error="Network is unreachable (no matching route)", method="table")
     return Route(address, interface=best[2], gateway=best[3], method="table")
 
 
+_Row = tuple[str, "ipaddress.IPv4Network | ipaddress.IPv6Network", str, int, int]
+
+
+def _ipv4_routes(text: str) -> list[_Row]:
+    """/proc/net/route (fib_route_seq_show): Iface Destination Gateway Flags RefCnt Use Metric
+    Mask ..., addresses as little-endian hex (``010200C0`` is 192.0.2.1)."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        try:
+            dest, gateway, mask = (_le_ip(f) for f in (fields[1], fields[2], fields[7]))
+            net = ipaddress.ip_network(f"{dest}/{mask}", strict=False)
+            rows.append((fields[0], net, gateway, int(fields[6]), int(fields[3], 16)))
+        except (IndexError, ValueError, OverflowError):
+            continue
+    return rows
+
+
+def _ipv6_routes(text: str) -> list[_Row]:
+    """/proc/net/ipv6_route (ipv6_route_native_seq_show): dest plen src plen next_hop metric
+    refcnt use flags devname, addresses as 32 hex digits, numbers in hex."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            dest = ipaddress.IPv6Address(int(fields[0], 16))
+            net = ipaddress.IPv6Network(f"{dest}/{int(fields[1], 16)}", strict=False)
+            gateway = str(ipaddress.IPv6Address(int(fields[4], 16)))
+            rows.append((fields[9], net, gateway, int(fields[5], 16), int(fields[8], 16)))
+        except (IndexError, ValueError, OverflowError):
+            continue
+    return rows
+
+
 def _le_ip(hex_le: str) -> str:
-    """/proc/net/route writes addresses as little-endian hex (``010200C0`` is 192.0.2.1)."""
+    """A /proc/net/route address: little-endian hex."""
     return str(ipaddress.IPv4Address(int(hex_le, 16).to_bytes(4, "little")))
 
 

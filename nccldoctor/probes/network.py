@@ -24,7 +24,14 @@ from nccldoctor.facts import NetworkFacts
 from nccldoctor.facts.network import Interface
 from nccldoctor.probes import netpath
 from nccldoctor.probes.env import effective_nccl_env
-from nccldoctor.probes.nccl_rules import Candidate, default_pick, find_interfaces, parse_if_list
+from nccldoctor.probes.nccl_rules import (
+    candidates,
+    default_pick,
+    find_interfaces,
+    parse_if_list,
+    socket_family,
+)
+from nccldoctor.probes.python_env import is_live
 from nccldoctor.probes.sysfs import list_dir, read_int, read_line, read_text, under
 
 CAPTURED_ADDRESSES = "/run/nccldoctor/ip-addr.json"  # `ip -j -d addr show` of a captured machine
@@ -49,7 +56,7 @@ class _Link:
 
 
 def probe(root: Path, env: Mapping[str, str], master: str | None) -> NetworkFacts:
-    live = root.resolve() == Path("/")
+    live = is_live(root)
     facts = NetworkFacts(live=live, master=master)
     links = _live_links(facts) if live else _captured_links(root, facts)
     facts.interfaces = sorted(
@@ -233,9 +240,14 @@ def _hostname(root: Path, live: bool, facts: NetworkFacts) -> None:
     if not facts.hostname:
         return
     short = facts.hostname.split(".")[0]
-    facts.hosts_file_entries = [
-        line for _, names, line in netpath.hosts_entries(root) if {facts.hostname, short} & {*names}
+    naming = [
+        (names, line)
+        for _, names, line in netpath.hosts_entries(root)
+        if {facts.hostname, short} & {*names}
     ]
+    facts.hosts_file_entries = [line for _, line in naming]
+    # glibc's getfqdn answer from /etc/hosts: the canonical (first) name of the first line
+    facts.fqdn = next((names[0] for names, _ in naming if "." in names[0]), None)
     facts.hostname_addresses, _ = netpath.resolve(facts.hostname, root, live)
 
 
@@ -264,12 +276,9 @@ def _port_range(root: Path) -> list[int] | None:
 def _nccl_picks(root: Path, env: Mapping[str, str], facts: NetworkFacts) -> None:
     """What NCCL's bootstrap would choose: by its default order, and with this env."""
     nccl_env = effective_nccl_env(root, env)
-    family = nccl_env.get("NCCL_SOCKET_FAMILY")
-    family = family if family in ("AF_INET", "AF_INET6") else None
-    candidates = [
-        Candidate(i.name, bool(i.running), tuple(i.ipv4), tuple(i.ipv6)) for i in facts.interfaces
-    ]
-    default = default_pick(candidates, family, nccl_env.get("NCCL_COMM_ID"))
+    family = socket_family(nccl_env.get("NCCL_SOCKET_FAMILY"))
+    cands = candidates(facts.interfaces)
+    default = default_pick(cands, family, nccl_env.get("NCCL_COMM_ID"))
     facts.nccl_default_pick, facts.nccl_default_pick_address = default or (None, None)
     ifname = nccl_env.get("NCCL_SOCKET_IFNAME")
     if ifname is None or len(ifname) <= 1:
@@ -278,5 +287,5 @@ def _nccl_picks(root: Path, env: Mapping[str, str], facts: NetworkFacts) -> None
             facts.nccl_default_pick_address,
         )
         return
-    forced = find_interfaces(candidates, parse_if_list(ifname), family, 1)
+    forced = find_interfaces(cands, parse_if_list(ifname), family, 1)
     facts.nccl_pick, facts.nccl_pick_address = forced[0] if forced else (None, None)

@@ -156,7 +156,7 @@ def _findings_sentence(document: dict[str, Any]) -> str:
         if titles:
             named = "; ".join(titles[:_TITLES_NAMED])
             more = len(titles) - _TITLES_NAMED
-            tail = f"; and {_count(more, 'more')}" if more > 0 else ""
+            tail = f"; and {more} more" if more > 0 else ""
             return f"{_count(len(titles), noun).capitalize()}: {named}{tail}."
     if not document.get("completed", True):
         return "The run could not complete."

@@ -25,9 +25,11 @@ import psutil
 from nccldoctor.debugenv import debug_env
 from nccldoctor.watch.evidence import collect, known_processes
 from nccldoctor.watch.liveness import LivenessTracker, Sample
+from nccldoctor.watch.peers import WatchPeers
 
 INJECT_DIR = Path(__file__).parent / "inject"
 POLL_S = 1.0
+GATHER_S = 20.0  # how long a watcher waits for the other nodes' evidence after a hang
 TERMINATE_GRACE_S = 10.0
 
 
@@ -37,6 +39,7 @@ class WatchConfig:
     out_dir: Path
     hang_after_s: float = 120.0
     keep_running: bool = False
+    peers: WatchPeers | None = None  # the other nodes' watchers, when --master is given
 
 
 @dataclass
@@ -110,10 +113,9 @@ def run_watched(
             now = time.monotonic()
             tracker.observe(_sample(job.pid, watch_dir, now, sum(p.bytes for p in pumps)))
             idle = tracker.job_idle_for(now)
-            if idle >= config.hang_after_s and outcome is None:
+            if outcome is None and _hang_seen(config, idle):
                 on_event(f"no progress for {idle:.0f} s: collecting stacks and Flight Recorder")
-                ranks = list(known_processes(watch_dir).values())
-                outcome = WatchOutcome(3, True, False, idle, collect(watch_dir, ranks, True))
+                outcome = WatchOutcome(3, True, False, idle, _hang_evidence(config, watch_dir))
                 outcome.output_tail = list(tail)
                 on_hang(outcome)
                 if not config.keep_running:
@@ -135,6 +137,24 @@ def run_watched(
     outcome.output_tail = list(tail)
     outcome.duration_s = time.monotonic() - started
     return outcome
+
+
+def _hang_seen(config: WatchConfig, idle_s: float) -> bool:
+    """This node's job stopped moving, or another node's watcher said so."""
+    if idle_s >= config.hang_after_s:
+        if config.peers:
+            config.peers.announce_hang()
+        return True
+    return bool(config.peers and config.peers.hang_announced())
+
+
+def _hang_evidence(config: WatchConfig, watch_dir: Path) -> list:
+    """This node's ranks, asked for stacks and Flight Recorder, plus the other nodes' ranks."""
+    local = collect(watch_dir, list(known_processes(watch_dir).values()), want_stacks=True)
+    if not config.peers:
+        return local
+    config.peers.publish(local)
+    return local + config.peers.gather(deadline=time.monotonic() + GATHER_S)
 
 
 def _shell_code(returncode: int) -> int:

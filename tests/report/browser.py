@@ -10,6 +10,7 @@ and every CSP or log error is recorded, so a test can prove that nothing left th
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -110,10 +111,8 @@ class Chromium:
         self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
             self._send("Browser.close")
-        except (OSError, TimeoutError, RuntimeError):
-            pass
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -153,10 +152,14 @@ class Chromium:
                     raise RuntimeError(f"Chromium exited while waiting for {what}")
                 self._buffer += chunk
 
-    def open(self, path: Path, screenshot: Path | None = None, checks: str = "null") -> tuple[PageRun, Any]:
+    def open(
+        self, path: Path, screenshot: Path | None = None, checks: str = "null"
+    ) -> tuple[PageRun, Any]:
         """Load ``path`` from file://, evaluate ``checks`` (a JS expression) and screenshot it."""
         target = self._send("Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
-        session = self._send("Target.attachToTarget", {"targetId": target, "flatten": True})["result"]["sessionId"]
+        session = self._send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "result"
+        ]["sessionId"]
         for domain in ("Network", "Runtime", "Log", "Page"):
             self._send(f"{domain}.enable", session=session)
         self._events.clear()
@@ -166,7 +169,11 @@ class Chromium:
             "Runtime.evaluate", {"expression": checks, "returnByValue": True}, session=session
         )["result"]["result"].get("value")
         if screenshot:
-            shot = self._send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
+            shot = self._send(
+                "Page.captureScreenshot",
+                {"format": "png", "captureBeyondViewport": True},
+                session=session,
+            )
             screenshot.write_bytes(base64.b64decode(shot["result"]["data"]))
         run = PageRun()
         for event in self._events:
@@ -175,7 +182,9 @@ class Chromium:
             if method == "Network.requestWillBeSent":
                 run.requests.append(params["request"]["url"])
             elif method == "Runtime.consoleAPICalled":
-                text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+                text = " ".join(
+                    str(a.get("value", a.get("description", ""))) for a in params.get("args", [])
+                )
                 run.console.append((params.get("type", ""), text))
             elif method == "Runtime.exceptionThrown":
                 run.errors.append(json.dumps(params.get("exceptionDetails", {}))[:500])

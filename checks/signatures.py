@@ -1,0 +1,307 @@
+"""The catalogue of known failure signatures in NCCL, PyTorch and gloo log lines.
+
+The entries are data (``signatures.toml`` next to this module): an id, a category from the shared
+vocabulary, a regex, a literal prefilter the regex always contains, the cause, a pasteable fix and
+the source/issue references. This module loads and validates them once and matches lines fast:
+
+- Load-time validation rejects an unknown key, category, severity or source, a regex that does not
+  compile, a title placeholder that is not a named group, and a prefilter that a match of the
+  pattern would not necessarily contain (checked on the parsed regex, see ``_implies``).
+- ``match_line`` first runs ONE combined regex of all prefilters; a line that contains none of them
+  (nearly every line of a healthy log) costs that single search. Only when it hits are the
+  individual prefilters and regexes tried.
+- Specificity: when several signatures match one line, the one whose pattern spells out more fixed
+  text comes first (e.g. ``nccl.cuda-driver-insufficient`` before the generic ``nccl.cuda-failure``,
+  ``nccl.ib-completion-retry-exceeded`` before ``nccl.ib-completion-error``); ties keep file order.
+  ``SIGNATURES`` is stored in that order.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from importlib.resources import files
+from re import _parser as sre_parse  # the stdlib's own regex parser (public as sre_parse <3.11)
+from typing import Any
+
+import tomllib
+
+from nccldoctor.model import CATEGORIES, Finding, Severity
+
+SOURCES: tuple[str, ...] = ("nccl", "torch", "gloo")
+CATALOGUE_FILE = "signatures.toml"
+
+_KEYS = (
+    "id",
+    "source",
+    "versions",
+    "category",
+    "severity",
+    "title",
+    "prefilter",
+    "pattern",
+    "cause",
+    "fix",
+    "reference",
+)
+_ID = re.compile(r"^(?P<source>[a-z]+)\.[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FRAGMENT = re.compile(r"\{\{(\w+)\}\}")
+
+
+class SignatureError(ValueError):
+    """The catalogue is malformed; the message names the entry and the problem."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    category: str
+    severity: Severity
+    title: str
+    pattern: str
+    prefilter: str
+    cause: str
+    fix: str
+    reference: tuple[str, ...]
+    source: str
+    versions: str
+
+
+@dataclass(frozen=True)
+class SignatureMatch:
+    signature: Signature
+    groups: dict[str, str]  # the named groups that took part in the match
+
+    @property
+    def title(self) -> str:
+        """The signature's title with ``{group}`` filled ("?" for a group that did not match)."""
+        return self.signature.title.format_map(_Filled(self.groups))
+
+    def to_finding(
+        self, evidence: list[str], node: str | None = None, rank: int | None = None
+    ) -> Finding:
+        sig = self.signature
+        return Finding(
+            id=sig.id,
+            category=sig.category,
+            severity=sig.severity,
+            title=self.title,
+            evidence=list(evidence),
+            fix=f"{sig.cause}\n\n{sig.fix}",
+            area="logs",
+            links=list(sig.reference),
+            node=node,
+            rank=rank,
+        )
+
+
+class _Filled(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+class SignatureMatcher:
+    """Matches lines against a validated catalogue; build it once, call ``match`` per line."""
+
+    def __init__(self, signatures: tuple[Signature, ...]) -> None:
+        compiled = [(sig, re.compile(sig.pattern)) for sig in signatures]
+        weights = {sig.id: _literal_weight(rx.pattern) for sig, rx in compiled}
+        compiled.sort(key=lambda pair: -weights[pair[0].id])  # stable: ties keep file order
+        self.signatures: tuple[Signature, ...] = tuple(sig for sig, _ in compiled)
+        self._entries = tuple(compiled)
+        self._gate = re.compile(_trie_regex({sig.prefilter for sig in signatures}))
+
+    def match(self, text: str) -> list[SignatureMatch]:
+        """All signatures matching ``text``, most specific first; ``[]`` for most lines."""
+        if self._gate.search(text) is None:
+            return []
+        found = []
+        for sig, rx in self._entries:
+            if sig.prefilter in text and (m := rx.search(text)):
+                groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                found.append(SignatureMatch(sig, groups))
+        return found
+
+
+def _trie_regex(words: set[str]) -> str:
+    """One regex matching any of ``words``, with common prefixes merged: sre then decides at each
+    position from the first character which few alternatives to try (about 2x faster than a flat
+    alternation of 90 literals in bench/signatures.py)."""
+    trie: dict[str, dict] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: dict[str, dict]) -> str:
+        if "" in node:  # a whole word ends here: the gate needs no more (longer words imply it)
+            return ""
+        alternatives = [re.escape(c) + emit(child) for c, child in sorted(node.items())]
+        return alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})"
+
+    return emit(trie) or r"(?!)"
+
+
+def load_signatures(text: str) -> tuple[Signature, ...]:
+    """Parse and validate a catalogue (TOML text); raise SignatureError on the first problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SignatureError(f"catalogue is not valid TOML: {exc}") from exc
+    unknown_tables = set(data) - {"fragments", "signature"}
+    if unknown_tables:
+        raise SignatureError(f"unknown top-level keys: {sorted(unknown_tables)}")
+    fragments = data.get("fragments", {})
+    entries = data.get("signature", [])
+    if not isinstance(entries, list) or not entries:
+        raise SignatureError("catalogue has no [[signature]] entries")
+    signatures: list[Signature] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        sig = _build(entry, fragments, where=f"signature #{index + 1} ({entry.get('id', '?')})")
+        if sig.id in seen:
+            raise SignatureError(f"duplicate signature id {sig.id!r}")
+        seen.add(sig.id)
+        signatures.append(sig)
+    return tuple(signatures)
+
+
+def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Signature:
+    missing = [k for k in _KEYS if k not in entry]
+    extra = sorted(set(entry) - set(_KEYS))
+    if missing or extra:
+        raise SignatureError(f"{where}: missing keys {missing}, unknown keys {extra}")
+    for key in _KEYS:
+        if key != "reference" and not (isinstance(entry[key], str) and entry[key].strip()):
+            raise SignatureError(f"{where}: {key} must be a non-empty string")
+    reference = entry["reference"]
+    if not (
+        isinstance(reference, list) and reference and all(isinstance(r, str) for r in reference)
+    ):
+        raise SignatureError(f"{where}: reference must be a non-empty list of strings")
+    id_match = _ID.match(entry["id"])
+    if not id_match or id_match["source"] != entry["source"]:
+        raise SignatureError(f"{where}: id must look like '<source>.<words-with-dashes>'")
+    if entry["source"] not in SOURCES:
+        raise SignatureError(f"{where}: unknown source {entry['source']!r} (one of {SOURCES})")
+    if entry["category"] not in CATEGORIES:
+        raise SignatureError(f"{where}: unknown category {entry['category']!r}")
+    try:
+        severity = Severity(entry["severity"])
+    except ValueError:
+        raise SignatureError(f"{where}: unknown severity {entry['severity']!r}") from None
+    pattern = _expand(entry["pattern"], fragments, where)
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise SignatureError(f"{where}: pattern does not compile: {exc}") from exc
+    if compiled.flags & (re.IGNORECASE | re.VERBOSE):
+        raise SignatureError(f"{where}: inline flags (?i)/(?x) are not allowed")
+    if not _implies(sre_parse.parse(pattern), entry["prefilter"]):
+        raise SignatureError(
+            f"{where}: prefilter {entry['prefilter']!r} is not literal text that every match "
+            "of the pattern contains"
+        )
+    placeholders = {f for _, f, _, _ in string.Formatter().parse(entry["title"]) if f}
+    if not placeholders <= set(compiled.groupindex):
+        raise SignatureError(
+            f"{where}: title placeholders {sorted(placeholders - set(compiled.groupindex))} "
+            "are not named groups of the pattern"
+        )
+    return Signature(
+        id=entry["id"],
+        category=entry["category"],
+        severity=severity,
+        title=entry["title"],
+        pattern=pattern,
+        prefilter=entry["prefilter"],
+        cause=entry["cause"].strip(),
+        fix=entry["fix"].strip(),
+        reference=tuple(reference),
+        source=entry["source"],
+        versions=entry["versions"],
+    )
+
+
+def _expand(pattern: str, fragments: dict[str, str], where: str) -> str:
+    def fragment(m: re.Match[str]) -> str:
+        if m[1] not in fragments:
+            raise SignatureError(f"{where}: unknown fragment {{{{{m[1]}}}}}")
+        return fragments[m[1]]
+
+    return _FRAGMENT.sub(fragment, pattern)
+
+
+# --- what a regex always contains -------------------------------------------------------------
+# Walk the parsed regex (sre's tree). A "run" is text made of consecutive LITERAL nodes that every
+# match contains; zero-width assertions do not break a run. A prefilter is implied when it lies in
+# such a run, or in every alternative of a branch that every match passes through.
+
+
+_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT)
+
+
+def _runs(items: Any) -> tuple[list[str], list[Any]]:
+    """The mandatory literal runs of a sequence, and its mandatory sub-branches."""
+    runs: list[str] = []
+    branches: list[Any] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            runs.append("".join(current))
+            current.clear()
+
+    def walk(seq: Any) -> None:
+        for op, av in seq:
+            if op is sre_parse.LITERAL:
+                current.append(chr(av))
+            elif op is sre_parse.SUBPATTERN:
+                walk(av[-1])  # a plain group is mandatory: its text continues the run
+            elif op is sre_parse.AT:
+                continue
+            elif op in _REPEATS and av[0] >= 1:
+                flush()
+                inner_runs, inner_branches = _runs(av[2])
+                runs.extend(inner_runs)
+                branches.extend(inner_branches)
+            elif op is sre_parse.BRANCH:
+                flush()
+                branches.append(av[1])
+            else:
+                flush()
+
+    walk(items)
+    flush()
+    return runs, branches
+
+
+def _implies(items: Any, literal: str) -> bool:
+    runs, branches = _runs(items)
+    return any(literal in run for run in runs) or any(
+        all(_implies(alternative, literal) for alternative in alternatives)
+        for alternatives in branches
+    )
+
+
+def _literal_weight(pattern: str) -> int:
+    """How much fixed text a pattern spells out (top-level runs): its specificity."""
+    runs, _ = _runs(sre_parse.parse(pattern))
+    return sum(map(len, runs))
+
+
+def _load_default() -> SignatureMatcher:
+    text = files(__package__ or "checks").joinpath(CATALOGUE_FILE).read_text(encoding="utf-8")
+    return SignatureMatcher(load_signatures(text))
+
+
+_DEFAULT = _load_default()
+SIGNATURES: tuple[Signature, ...] = _DEFAULT.signatures
+
+
+def match_line(text: str) -> list[SignatureMatch]:
+    """Every catalogue signature matching one log line (raw or envelope-stripped), most specific
+    first; ``[]`` when none does."""
+    return _DEFAULT.match(text)

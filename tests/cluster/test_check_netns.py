@@ -1,0 +1,239 @@
+"""`nccldoctor check` across network namespaces: real processes, real sockets, the gloo backend.
+
+Each scenario asserts the verdict, the category, the node/rank/phase named, the exit codes, the
+reports on every surviving node, and that the run ended within its deadline.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+PORT = "29400"
+WAIT = 20.0  # --timeout: every wait of the run
+# The budgets short enough for a shared 2-core machine, long enough for its torch imports.
+FAST = ["--timeout", str(WAIT), "--phase-timeout", "bandwidth_budget=2",
+        "--phase-timeout", "exit_barrier=25", "--phase-timeout", "settle=2"]  # fmt: skip
+# Start-up (torch imports) plus the phases a healthy run walks through, on a loaded machine.
+HEALTHY_DEADLINE = 150.0
+
+
+def start_all(lab, nodes, extra=(), env_for=None, count=None):
+    hosts = lab.hosts if count is None else lab.hosts[:count]
+    master = lab.hosts[0].address
+    runs = []
+    for host in hosts:
+        args = ["--master", master, "--nodes", str(nodes), "--port", PORT, *FAST, *extra]
+        runs.append(
+            lab.start(host, args, out=lab_out(lab, host), env=(env_for or {}).get(host.name))
+        )
+    return runs
+
+
+def lab_out(lab, host):
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.gettempdir()) / f"{lab.tag}-reports"
+    return base / host.name
+
+
+def assert_reports(runs):
+    for run in runs:
+        doc = run.node_report()
+        assert doc["kind"] == "check"
+        assert doc["timeouts"]["reach"] == WAIT
+
+
+def names(findings, **where):
+    return [f for f in findings if all(f.get(k) == v for k, v in where.items())]
+
+
+def test_healthy_two_nodes(lab):
+    lab = lab(2)
+    runs = start_all(lab, 2)
+    lab.wait(runs, HEALTHY_DEADLINE)
+    for run in runs:
+        assert run.rc == 0, run.stderr[-3000:]
+        assert run.elapsed < HEALTHY_DEADLINE
+    assert_reports(runs)
+    cluster = runs[0].cluster_report()
+    assert cluster["verdict"] == "healthy"
+    assert cluster["exit_code"] == 0
+    assert cluster["hang"] is None
+    assert [r["state"] for r in cluster["ranks"]] == ["ok", "ok"]
+    assert cluster["cluster"]["world_size"] == 2
+    assert {n["name"] for n in cluster["cluster"]["nodes"]} == {"node0", "node1"}
+    assert cluster["bandwidth"]["rows"], "the bandwidth sweep left no table"
+    assert cluster["bandwidth"]["tcp_wire_gbps"]["node1"] > 0
+    assert cluster["mnist"]["params_identical"] is True
+    assert "Verdict: healthy" in runs[0].stdout
+
+
+def by_category(report, category):
+    return [f for f in report["findings"] if f["category"] == category]
+
+
+def test_four_nodes_two_procs_each(lab):
+    lab = lab(4)
+    runs = start_all(lab, 4, extra=["--procs-per-node", "2"])
+    lab.wait(runs, HEALTHY_DEADLINE + 60)
+    for run in runs:
+        assert run.rc == 0, run.stderr[-3000:]
+    assert_reports(runs)
+    cluster = runs[0].cluster_report()
+    assert cluster["verdict"] == "healthy"
+    assert cluster["cluster"]["world_size"] == 8
+    assert sorted(r["rank"] for r in cluster["ranks"]) == list(range(8))
+    assert {r["node"] for r in cluster["ranks"]} == {"node0", "node1", "node2", "node3"}
+    assert cluster["mnist"]["params_identical"] is True
+
+
+def test_wrong_socket_ifname_on_one_node(lab):
+    lab = lab(2)
+    wrong = {"NCCL_SOCKET_IFNAME": "ib9", "GLOO_SOCKET_IFNAME": "ib9"}
+    runs = start_all(lab, 2, env_for={"node1": wrong})
+    lab.wait(runs, HEALTHY_DEADLINE + WAIT)
+    assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
+    assert_reports(runs)
+    cluster = runs[0].cluster_report()
+    found = by_category(cluster, "interface_selection")
+    assert {f["node"] for f in found if f["severity"] == "fail"} == {"node1"}
+    assert any("GLOO_SOCKET_IFNAME=ib9" in f["title"] and "eth0" in f["fix"] for f in found)
+    assert cluster["hang"]["phase"] == "init"
+    assert cluster["hang"]["verdict"].startswith(
+        "rank 1 on node node1 failed in init_process_group"
+    )
+
+
+def test_bridge_that_nccl_would_pick(lab):
+    pytest.importorskip("nccldoctor.probes.libnccl")
+    lab = lab(2)
+    node1 = lab.hosts[1]
+    node1.exec("ip", "link", "add", "br-0ca1", "type", "bridge")
+    node1.exec("ip", "addr", "add", f"198.19.{lab.subnet}.1/24", "dev", "br-0ca1")
+    node1.exec("ip", "link", "set", "br-0ca1", "up")
+    runs = start_all(lab, 2)
+    lab.wait(runs, HEALTHY_DEADLINE)
+    assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
+    cluster = runs[0].cluster_report()
+    found = [f for f in by_category(cluster, "interface_selection") if f["node"] == "node1"]
+    assert found and "br-0ca1" in found[0]["title"] and "eth0" in found[0]["title"]
+    assert [r["state"] for r in cluster["ranks"]] == ["ok", "ok"]  # pinned to eth0, it works
+
+
+def test_master_port_dropped_by_firewall(lab):
+    lab = lab(2)
+    master = lab.hosts[0]
+    master.exec("iptables", "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", PORT, "-j", "DROP")
+    runs = start_all(lab, 2)
+    lab.wait(runs, 3 * WAIT + 60)
+    assert [run.rc for run in runs] == [3, 3]
+    assert_reports(runs)
+    node = runs[1].node_report()
+    assert node["findings"][-1]["id"] == "run.master-port-blocked"
+    assert by_category(node, "firewall_or_port")[0]["node"] == "node1"
+    assert node["phases"][1]["phase"] == "reach" and node["phases"][1]["status"] == "fail"
+    cluster = runs[0].cluster_report()
+    blocked = [f for f in by_category(cluster, "firewall_or_port") if f["node"] == "node1"]
+    assert blocked and PORT in blocked[0]["title"]
+    assert runs[1].elapsed < WAIT + 60
+
+
+def test_three_nodes_expected_two_started(lab):
+    lab = lab(3)
+    runs = start_all(lab, 3, count=2)
+    lab.wait(runs, 2 * WAIT + 60)
+    assert [run.rc for run in runs] == [3, 3]
+    assert_reports(runs)
+    cluster = runs[0].cluster_report()
+    assert cluster["cluster"]["missing_nodes"] == ["node rank 2"]
+    missing = [f for f in cluster["findings"] if f["id"] == "run.nodes-missing"]
+    assert missing and "only 2 of 3 nodes joined" in missing[0]["title"]
+    assert cluster["completed"] is False
+
+
+def test_node_killed_mid_run(lab):
+    import time
+
+    lab = lab(2)
+    runs = start_all(lab, 2, env_for={"node1": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=1"}})
+    events = lab_out(lab, lab.hosts[1]) / "node1" / "rank1" / "events.jsonl"
+    deadline = time.monotonic() + HEALTHY_DEADLINE
+    while time.monotonic() < deadline:
+        if events.exists() and '"phase": "ddp", "status": "start"' in events.read_text():
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail("rank 1 never reached ddp")
+    lab.kill_host(lab.hosts[1])
+    killed_at = time.monotonic()
+    lab.wait(runs, WAIT + 60)
+    assert runs[0].rc == 1, runs[0].stderr[-3000:]
+    assert runs[0].ended - killed_at < WAIT + 25 + 15  # collective timeout + exit barrier
+    cluster = runs[0].cluster_report()
+    lost = [f for f in cluster["findings"] if f["id"] == "run.node-lost"]
+    assert lost and lost[0]["node"] == "node1" and lost[0]["category"] == "remote_peer_closed"
+    assert "workers" in lost[0]["title"]
+    assert "node node1 (node rank 1) stopped reporting" in cluster["hang"]["verdict"]
+    assert runs[0].node_report()["ranks"][0]["phase_reached"] == "ddp"
+
+
+@pytest.mark.parametrize("kind", ["hang", "crash"])
+def test_worker_fault_in_allreduce(lab, kind):
+    lab = lab(2)
+    fault = {"NCCLDOCTOR_FAULT": f"{kind}:allreduce_correctness:rank=1"}
+    runs = start_all(lab, 2, env_for={"node1": fault})
+    lab.wait(runs, HEALTHY_DEADLINE + WAIT)
+    assert [run.rc for run in runs] == [1, 1], runs[0].stderr[-3000:]
+    assert_reports(runs)
+    cluster = runs[0].cluster_report()
+    hang = cluster["hang"]
+    assert hang["phase"] == "allreduce_correctness"
+    first = [f for f in cluster["findings"] if f["id"].startswith("run.rank-")][0]
+    assert (first["node"], first["rank"], first["severity"]) == ("node1", 1, "fail")
+    rank1 = next(r for r in cluster["ranks"] if r["rank"] == 1)
+    if kind == "hang":
+        assert hang["stuck"][0] == {"node": "node1", "rank": 1, "phase": "allreduce_correctness",
+                                    "last_nccl_line": None}  # fmt: skip
+        assert hang["verdict"].startswith(
+            "rank 1 on node node1 never finished allreduce_correctness"
+        )
+        assert first["category"] == "collective_timeout_hang"
+        assert "hang_forever" in (rank1["stacks"] or "")
+    else:
+        assert hang["stuck"] == []
+        assert hang["verdict"].startswith("rank 1 on node node1 failed in allreduce_correctness")
+        assert "RuntimeError" in rank1["error"]
+    assert "rank 0 waited in allreduce_correctness" in hang["verdict"]
+
+
+def test_wrong_token(lab):
+    lab = lab(2)
+    runs = start_all(lab, 2, env_for={"node0": {"NCCLDOCTOR_TOKEN": "right"},
+                                      "node1": {"NCCLDOCTOR_TOKEN": "wrong"}})  # fmt: skip
+    lab.wait(runs, 2 * WAIT + 60)
+    assert [run.rc for run in runs] == [3, 3]
+    assert_reports(runs)
+    node = runs[1].node_report()
+    assert [f["id"] for f in node["findings"] if f["severity"] == "fail"] == ["run.token-refused"]
+    cluster = runs[0].cluster_report()
+    refused = [f for f in cluster["findings"] if f["id"] == "run.node-refused"]
+    assert refused and refused[0]["node"] == "node1"
+    for run in runs:
+        text = (run.out / f"check-{run.host.name}.json").read_text()
+        assert "right" not in text and "wrong" not in text.replace("wrong or missing", "")
+
+
+def test_unresolvable_master(lab):
+    lab = lab(1)
+    run = lab.start(lab.hosts[0], ["--master", "no-such-master.invalid", "--nodes", "2",
+                                   "--port", PORT, *FAST], out=lab_out(lab, lab.hosts[0]))  # fmt: skip
+    lab.wait([run], 60)
+    assert run.rc == 3
+    node = run.node_report()
+    found = [f for f in node["findings"] if f["id"] == "run.master-unresolvable"]
+    assert found and found[0]["category"] == "env_config" and found[0]["node"] == "node0"
+    assert node["phases"][1] == {**node["phases"][1], "phase": "reach", "status": "fail"}
+    assert run.elapsed < 40

@@ -1,0 +1,87 @@
+"""XSS payloads render as text; secrets never reach JSON, HTML or JUnit."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from nccldoctor.redact import REDACTED, redact_env, redact_text
+from nccldoctor.views.html import render_html
+from nccldoctor.views.junit import render_junit
+from tests.report.hostile import IMG, PAYLOADS, SCRIPT, SECRETS, URL_PASSWORD, hostile
+
+SECRET_VALUES = (*SECRETS.values(), URL_PASSWORD)
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[str, str]:
+    report = hostile()
+    return {
+        "json": json.dumps(report.to_dict()),
+        "html": render_html(report),
+        "junit": render_junit(report),
+    }
+
+
+@pytest.mark.parametrize("form", ["json", "html", "junit"])
+@pytest.mark.parametrize("secret", SECRET_VALUES)
+def test_no_secret_in_any_output(outputs: dict[str, str], form: str, secret: str) -> None:
+    assert secret not in outputs[form]
+
+
+def test_secret_names_stay_with_redacted_values(outputs: dict[str, str]) -> None:
+    document = json.loads(outputs["json"])
+    variables = document["nodes"][0]["env"]["variables"]
+    assert {name: variables[name] for name in SECRETS} == dict.fromkeys(SECRETS, REDACTED)
+    assert variables["PIP_INDEX_URL"] == f"https://{REDACTED}@pypi.example.org/simple"
+    assert document["command"][1] == f"HF_TOKEN={REDACTED}"
+
+
+def test_payloads_are_escaped_in_the_html(outputs: dict[str, str]) -> None:
+    html = outputs["html"]
+    for payload in PAYLOADS:
+        assert payload not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in html
+    # The page's only script is its own, and no element carries an event handler.
+    assert len(re.findall(r"<script\b", html)) == 1
+    assert not re.search(r"<[^>]*\son\w+\s*=", html)
+    assert 'href="javascript:' not in html
+
+
+def test_payloads_are_text_in_the_junit_xml(outputs: dict[str, str]) -> None:
+    root = ET.fromstring(outputs["junit"])
+    texts = [el.text or "" for el in root.iter()] + [v for el in root.iter() for v in el.attrib.values()]
+    assert any(SCRIPT in t for t in texts) and any(IMG in t for t in texts)
+    assert "<script>" not in outputs["junit"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("https://u:p@host/x", f"https://{REDACTED}@host/x"),
+        ("git+ssh://token@github.com/org/repo", f"git+ssh://{REDACTED}@github.com/org/repo"),
+        ("export GITHUB_TOKEN=ghp_abc", f"export GITHUB_TOKEN={REDACTED}"),
+        ('{"api_key": "abc", "n": 1}', f'{{"api_key": "{REDACTED}", "n": 1}}'),
+        ("NCCL_SOCKET_IFNAME=eth0", "NCCL_SOCKET_IFNAME=eth0"),
+        ("user@host: ok", "user@host: ok"),
+        (f"HF_TOKEN={REDACTED}", f"HF_TOKEN={REDACTED}"),
+    ],
+)
+def test_redact_text(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+    assert redact_text(redact_text(text)) == expected
+
+
+def test_redact_env_by_name_case_insensitive() -> None:
+    env = {"hf_token": "a", "MyPassword": "b", "Authorization": "c", "NCCL_DEBUG": "INFO", "N": None}
+    assert redact_env(env) == {
+        "hf_token": REDACTED,
+        "MyPassword": REDACTED,
+        "Authorization": REDACTED,
+        "NCCL_DEBUG": "INFO",
+        "N": None,
+    }
