@@ -131,6 +131,7 @@ def _cluster_rule(nodes):
     """Node facts differ across nodes (a rule for this test only).
 
     Compares ``NCCL_*`` across nodes; see NVIDIA/nccl#626 and `NVIDIA/nccl#1`.
+    Values look like <ipv4>:<port> or `<host>:<port>`.
     """
 
 
@@ -141,6 +142,7 @@ def test_check_page_shows_the_docstring_scope_and_background():
     assert "Compares `NCCL_*` across nodes" in page
     assert "[NVIDIA/nccl#626](https://github.com/NVIDIA/nccl/issues/626)" in page
     assert "`NVIDIA/nccl#1`" in page  # code spans stay code
+    assert "look like \\<ipv4>:\\<port> or `<host>:<port>`" in page  # no stray HTML tags
     assert "nccldoctor check --master ADDR --nodes N" in page
     assert f"function `{_cluster_rule.__name__}`" in page
     assert refs["env_config"].title in page
@@ -199,3 +201,17 @@ def test_check_page_names_the_severities_its_body_uses():
     assert "| can report | `fail`, `warn` |" in render_check_page(rule, refs)
     silent = Check("test.none", "network", "other", "node", _cluster_rule, "")
     assert "can report" not in render_check_page(silent, refs)
+
+
+def test_signature_page_shows_pattern_cause_fix_and_references():
+    from checks.signatures import SIGNATURES
+
+    refs = load_refs(DOCS)
+    for sig in SIGNATURES:
+        page = (DOCS / "findings" / f"{sig.id}.md").read_text()
+        assert sig.pattern in page
+        assert sig.fix.rstrip() in page
+        assert f"`{sig.severity.value}`" in page
+        assert refs[sig.category].title in page
+        for reference in sig.reference:
+            assert reference.split("#")[0] in page

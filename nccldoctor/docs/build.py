@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,10 +24,6 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 def catalogue() -> tuple[list[Any], list[Any]]:
     """The registered checks and the log signatures, each sorted by id."""
     from checks import all_checks
-
-    # TEMPORARY until the signatures branch lands on main.
-    if importlib.util.find_spec("checks.signatures") is None:
-        return all_checks(), []
     from checks.signatures import SIGNATURES
 
     return all_checks(), sorted(SIGNATURES, key=lambda s: s.id)
