@@ -15,7 +15,8 @@ from checks import Check, Problem, all_checks
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
 from nccldoctor.docs.emitted import emitted_findings
-from nccldoctor.docs.pages import load_refs, render_check_page, render_emitted_page, render_index
+from nccldoctor.docs.pages import render_check_page, render_emitted_page, render_index
+from nccldoctor.docs.refs import load_refs
 from nccldoctor.model import CATEGORIES, Severity
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,13 +12,12 @@ from nccldoctor.docs import FINDINGS_DIR, finding_doc_path
 from nccldoctor.docs.emitted import EmittedFinding, emitted_findings
 from nccldoctor.docs.pages import (
     INDEX_NAME,
-    load_notes,
-    load_refs,
     render_check_page,
     render_emitted_page,
     render_index,
     render_signature_page,
 )
+from nccldoctor.docs.refs import load_notes, load_refs
 
 DEFAULT_DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
