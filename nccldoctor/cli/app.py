@@ -12,7 +12,7 @@ from nccldoctor.cli import report as report_command
 
 app = typer.Typer(
     name="nccldoctor",
-    help="Diagnose multi-node NCCL and PyTorch DDP: preflight a node, explain NCCL logs.",
+    help="Diagnose multi-node NCCL and PyTorch DDP: preflight, check, explain, watch, report.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -54,7 +54,7 @@ def watch(
     argv = ["nccldoctor", *sys.argv[1:]]
 
     def write(outcome: WatchOutcome, final: bool) -> None:
-        report = watch_report(outcome, argv, final=final)
+        report = watch_report(outcome, argv, out, final=final)
         write_report(report, report_path)
         stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
 
@@ -75,5 +75,5 @@ def watch(
     if outcome.hung or outcome.exit_code != 0:
         write(outcome, final=True)
     else:
-        write_report(watch_report(outcome, argv), report_path)
+        write_report(watch_report(outcome, argv, out), report_path)
     raise typer.Exit(outcome.exit_code)

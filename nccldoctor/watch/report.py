@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from nccldoctor.model import Finding
+from nccldoctor.ncclog.explain import explain
+from nccldoctor.ncclog.inputs import Source
 from nccldoctor.report import Report
 from nccldoctor.watch.supervisor import WatchOutcome
 from nccldoctor.watch.verdict import crash_verdict, hang_verdict, rank_state
 
 
-def watch_report(outcome: WatchOutcome, command: Sequence[str], final: bool = True) -> Report:
+def explain_job_logs(log_dir: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """What the job's NCCL logs and its ranks' tracebacks say: the summary and known signatures."""
+    files = sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")])
+    if not files:
+        return {}, []
+    return explain([Source(str(p), p.stat().st_size) for p in files])
+
+
+def watch_report(
+    outcome: WatchOutcome, command: Sequence[str], log_dir: Path, final: bool = True
+) -> Report:
     states = sorted(
         (rank_state(e) for e in outcome.evidence),
         key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.evidence.process.pid),
@@ -36,12 +51,16 @@ def watch_report(outcome: WatchOutcome, command: Sequence[str], final: bool = Tr
         sentence, findings = crash_verdict(ranked, outcome.exit_code)
     else:
         sentence, findings = "The job finished successfully.", []
+    nccl, log_findings = explain_job_logs(log_dir)
+    seen = {f.id for f in findings}
+    findings += [f for f in log_findings if f.id not in seen]
     return Report(
         kind="watch",
         findings=findings,
         command=list(command),
         completed=final and not outcome.ended_by_watch,
         extra={
+            **nccl,
             "watch": {
                 "exit_code": outcome.exit_code,
                 "hung": outcome.hung,
