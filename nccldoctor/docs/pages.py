@@ -240,7 +240,7 @@ def render_emitted_page(
     area = emitted_area(finding)
     ref = refs.get(finding.category or "")
     category = f"`{finding.category}`: {ref.title}" if ref else "chosen at run time"
-    parts = _header(finding.id, f"[{who.capitalize()}](README.md#built-{key})")
+    parts = _header(finding.id, f"[{who[:1].upper() + who[1:]}](README.md#built-{key})")
     parts += [f"**{_cell(finding.title) or 'A finding of ' + who + '.'}**", ""]
     parts += [
         _table(
@@ -329,11 +329,12 @@ def render_index(
     for prefix, (who, _) in _RAISED_BY.items():
         mine = [e for e in emitted if _raised_by(e) == prefix]
         if mine:
-            parts += [f'<a id="built-{prefix}"></a>', "", f"### {who.capitalize()}", ""]
+            parts += [f'<a id="built-{prefix}"></a>', "", f"### {who[:1].upper() + who[1:]}", ""]
             parts += ["| id | category | title in a report |", "|---|---|---|"]
             parts += [
-                f"| [`{e.id}`]({e.id}.md) | {f'`{e.category}`' if e.category else ''} "
-                f"| {_cell(e.title)} |"
+                f"| [`{e.id}`]({e.id}.md) "
+                f"| {f'[`{e.category}`](#category-{e.category})' if e.category else 'at run time'} "
+                f"| {_cell(e.title) or 'written at run time'} |"
                 for e in mine
             ]
             parts.append("")
