@@ -248,3 +248,41 @@ def test_emitted_findings_reads_literal_ids_from_real_source(tmp_path):
     assert "nccldoctor check --master ADDR --nodes N" in page
     assert "Run with --network host." in page
     assert "(README.md#built-run)" in page
+
+
+COMMAND = re.compile(r"\bnccldoctor ([a-z]+)\b([^`\n|]*)")
+
+
+def _commands_in_docs() -> list[tuple[str, str, str]]:
+    """(page, command, the rest of its line) for every `nccldoctor <command>` in the guide's code."""
+    found = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        code = [m[0] for m in FENCE.finditer(text)] + CODE_SPAN.findall(FENCE.sub("", text))
+        for snippet in code:
+            # shell comments and quoted strings talk about nccldoctor; they do not run it
+            snippet = re.sub(r'"[^"\n]*"|(^|\s)#.*$', " ", snippet, flags=re.M)
+            for match in COMMAND.finditer(snippet):
+                found.append((page.relative_to(REPO).as_posix(), match[1], match[2]))
+    return found
+
+
+def test_commands_and_options_in_docs_are_real():
+    import typer.main
+
+    from nccldoctor.cli.app import app
+
+    cli = typer.main.get_command(app)
+    wrong = []
+    for page, name, rest in _commands_in_docs():
+        command = cli.commands.get(name)
+        if command is None:
+            wrong.append(f"{page}: nccldoctor {name} (no such command)")
+            continue
+        options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for token in rest.split(" -- ")[0].split():
+            option = token.split("=")[0]
+            if option.startswith("-") and option != "--" and option not in options:
+                wrong.append(f"{page}: nccldoctor {name} {option} (no such option)")
+    assert len(_commands_in_docs()) > 30
+    assert not wrong, "\n".join(sorted(set(wrong)))
