@@ -172,6 +172,8 @@ def render_signature_page(
     ref = refs[sig.category]
     parts = _header(sig.id, f"[{ref.title}](README.md#category-{sig.category})")
     parts += [f"**{_cell(sig.title)}**", ""]
+    if "{" in sig.title:
+        parts += ["In a report the `{…}` are filled in from the matched line.", ""]
     parts += [
         _table(
             [
