@@ -14,7 +14,9 @@ import pytest
 from checks import Check, Problem, all_checks
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
-from nccldoctor.docs.pages import load_refs, render_check_page, render_index
+from nccldoctor.docs.emitted import emitted_findings
+from nccldoctor.docs.pages import render_check_page, render_emitted_page, render_index
+from nccldoctor.docs.refs import load_refs
 from nccldoctor.model import CATEGORIES, Severity
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,22 +70,24 @@ def test_missing_background_table_is_a_clear_error(tmp_path):
     assert "p2p_error" in result.stderr and "p2p_typo" in result.stderr
 
 
-def test_every_check_and_signature_has_its_page():
-    checks, signatures = catalogue()
-    for entry in [*checks, *signatures]:
+def test_every_check_signature_and_built_finding_has_its_page():
+    checks, signatures, emitted = catalogue()
+    assert {"run.nat", "logs.init-incomplete", "watch.hang"} <= {e.id for e in emitted}
+    for entry in [*checks, *signatures, *emitted]:
         page = REPO / finding_doc_path(entry.id)
         assert page.is_file(), f"{entry.id}: no {page}"
         assert f"# `{entry.id}`" in page.read_text()
 
 
 def test_finding_doc_path_names_exactly_the_generated_pages():
-    checks, signatures = catalogue()
-    generated = {f"docs/{path}" for path in generate(DOCS, checks, signatures)}
-    expected = {finding_doc_path(e.id) for e in [*checks, *signatures]}
+    found = catalogue()
+    generated = {f"docs/{path}" for path in generate(DOCS, *found)}
+    expected = {finding_doc_path(e.id) for entries in found for e in entries}
     assert generated == expected | {"docs/findings/README.md"}
     assert (
         finding_doc_path("net.x.crashed") == finding_doc_path("net.x") == "docs/findings/net.x.md"
     )
+    assert finding_doc_path("run.crashed") == "docs/findings/run.crashed.md"
 
 
 def test_every_page_links_back_to_the_index():
@@ -131,6 +135,7 @@ def _cluster_rule(nodes):
     """Node facts differ across nodes (a rule for this test only).
 
     Compares ``NCCL_*`` across nodes; see NVIDIA/nccl#626 and `NVIDIA/nccl#1`.
+    Values look like <ipv4>:<port> or `<host>:<port>`.
     """
 
 
@@ -141,6 +146,7 @@ def test_check_page_shows_the_docstring_scope_and_background():
     assert "Compares `NCCL_*` across nodes" in page
     assert "[NVIDIA/nccl#626](https://github.com/NVIDIA/nccl/issues/626)" in page
     assert "`NVIDIA/nccl#1`" in page  # code spans stay code
+    assert "look like \\<ipv4>:\\<port> or `<host>:<port>`" in page  # no stray HTML tags
     assert "nccldoctor check --master ADDR --nodes N" in page
     assert f"function `{_cluster_rule.__name__}`" in page
     assert refs["env_config"].title in page
@@ -157,7 +163,7 @@ def test_index_groups_registered_checks_by_area():
         assert f'<a id="category-{category}"></a>' in index
 
 
-@pytest.mark.parametrize("bad", ["../escape", "x.crashed", "README", "with space"])
+@pytest.mark.parametrize("bad", ["../escape", "a.b.crashed", "README", "with space"])
 def test_ids_that_cannot_name_a_page_are_refused(bad):
     rule = Check(bad, "cluster", "other", "cluster", _cluster_rule, "")
     with pytest.raises(ValueError, match="finding id"):
@@ -199,3 +205,84 @@ def test_check_page_names_the_severities_its_body_uses():
     assert "| can report | `fail`, `warn` |" in render_check_page(rule, refs)
     silent = Check("test.none", "network", "other", "node", _cluster_rule, "")
     assert "can report" not in render_check_page(silent, refs)
+
+
+def test_signature_page_shows_pattern_cause_fix_and_references():
+    from checks.signatures import SIGNATURES
+
+    refs = load_refs(DOCS)
+    for sig in SIGNATURES:
+        page = (DOCS / "findings" / f"{sig.id}.md").read_text()
+        assert sig.pattern in page
+        assert sig.fix.rstrip() in page
+        assert f"`{sig.severity.value}`" in page
+        assert refs[sig.category].title in page
+        for reference in sig.reference:
+            assert reference.split("#")[0] in page
+
+
+def test_emitted_findings_reads_literal_ids_from_real_source(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "mod.py").write_text(
+        "def verdict(r, node):\n"
+        "    yield Finding(\n"
+        '        "run.nat", "docker_network", Severity.FAIL, f"node {node} sits behind NAT",\n'
+        '        [], "Run with --network host.", area="network",\n'
+        "    )\n"
+        '    yield Finding(id="run.a" if r else "run.b", category="other", severity=None,\n'
+        '                  title="t")\n'
+        '    yield _finding("logs.x", "env_config", None, "ranks disagree", [], "fix it")\n'
+        '    yield _case("run", "run.completed")\n'
+        "    yield Finding(r.id, 'other', None, 'computed id')\n"
+    )
+    found = {e.id: e for e in emitted_findings(package, tmp_path)}
+    assert sorted(found) == ["logs.x", "run.a", "run.b", "run.nat"]
+    nat = found["run.nat"]
+    assert (nat.module, nat.category, nat.area) == ("pkg/mod.py", "docker_network", "network")
+    assert (nat.title, nat.fix) == ("node … sits behind NAT", "Run with --network host.")
+    assert found["logs.x"].category == "env_config" and found["logs.x"].area is None
+
+    page = render_emitted_page(nat, load_refs(DOCS))
+    assert "**node … sits behind NAT**" in page
+    assert "nccldoctor check --master ADDR --nodes N" in page
+    assert "Run with --network host." in page
+    assert "(README.md#built-run)" in page
+
+
+COMMAND = re.compile(r"\bnccldoctor ([a-z]+)\b([^`\n|]*)")
+
+
+def _commands_in_docs() -> list[tuple[str, str, str]]:
+    """(page, command, the rest of its line) for every `nccldoctor <command>` in the guide's code."""
+    found = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        code = [m[0] for m in FENCE.finditer(text)] + CODE_SPAN.findall(FENCE.sub("", text))
+        for snippet in code:
+            # shell comments and quoted strings talk about nccldoctor; they do not run it
+            snippet = re.sub(r'"[^"\n]*"|(^|\s)#.*$', " ", snippet, flags=re.M)
+            for match in COMMAND.finditer(snippet):
+                found.append((page.relative_to(REPO).as_posix(), match[1], match[2]))
+    return found
+
+
+def test_commands_and_options_in_docs_are_real():
+    import typer.main
+
+    from nccldoctor.cli.app import app
+
+    cli = typer.main.get_command(app)
+    wrong = []
+    for page, name, rest in _commands_in_docs():
+        command = cli.commands.get(name)
+        if command is None:
+            wrong.append(f"{page}: nccldoctor {name} (no such command)")
+            continue
+        options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for token in rest.split(" -- ")[0].split():
+            option = token.split("=")[0]
+            if option.startswith("-") and option != "--" and option not in options:
+                wrong.append(f"{page}: nccldoctor {name} {option} (no such option)")
+    assert len(_commands_in_docs()) > 30
+    assert not wrong, "\n".join(sorted(set(wrong)))

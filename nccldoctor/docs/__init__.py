@@ -21,6 +21,8 @@ CRASHED_SUFFIX = ".crashed"  # the runner's id for a check that raised (checks/_
 def finding_doc_path(finding_id: str) -> str:
     """The guide page of ``finding_id``, relative to the repository root.
 
-    A ``<id>.crashed`` finding (a check that raised) points at its check's page.
+    A ``<check id>.crashed`` finding (a check that raised) points at its check's page; an id
+    that is only ``<area>.crashed`` (``run.crashed``) is a finding of its own.
     """
-    return f"{FINDINGS_DIR}/{finding_id.removesuffix(CRASHED_SUFFIX)}.md"
+    check_id = finding_id.removesuffix(CRASHED_SUFFIX)
+    return f"{FINDINGS_DIR}/{check_id if '.' in check_id else finding_id}.md"
