@@ -16,8 +16,7 @@ from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
-
-NCCL_DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,NET,GRAPH,TUNING,COLL"
+from nccldoctor.debugenv import debug_env
 
 
 @dataclass
@@ -74,22 +73,11 @@ def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, 
         GROUP_RANK=str(spec.node_rank),
         MASTER_ADDR=spec.master,
         MASTER_PORT=str(spec.port),
-        PYTHONFAULTHANDLER="1",
     )
-    env.setdefault("NCCL_DEBUG", "INFO")
-    env.setdefault("NCCL_DEBUG_SUBSYS", NCCL_DEBUG_SUBSYS)
-    env.setdefault("NCCL_DEBUG_FILE", str(directory / "nccl.%h.%p.log"))
+    env.update(debug_env(base, directory, coll=True))  # a short run: COLL lines are affordable
     if spec.interface:
         env.setdefault("NCCL_SOCKET_IFNAME", spec.interface)
         env.setdefault("GLOO_SOCKET_IFNAME", spec.interface)
-    if spec.backend == "nccl":
-        fr = str(directory / "fr_trace_rank_")
-        env.update(
-            TORCH_NCCL_TRACE_BUFFER_SIZE="2000",
-            TORCH_NCCL_DUMP_ON_TIMEOUT="1",
-            TORCH_FR_DUMP_TEMP_FILE=fr,
-            TORCH_NCCL_DEBUG_INFO_TEMP_FILE=fr,
-        )
     return env
 
 

@@ -8,6 +8,7 @@ missing keys take the field default, so older reports still load.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any, TypeVar
@@ -29,6 +30,11 @@ def to_dict(obj: Any) -> Any:
 def from_dict(cls: type[T], data: Any) -> T:
     """Rebuild ``cls`` from :func:`to_dict` output; tolerant of missing and extra keys."""
     return _convert(cls, data)
+
+
+@functools.cache
+def _hints(tp: type) -> dict[str, Any]:
+    return typing.get_type_hints(tp)
 
 
 def _convert(tp: Any, value: Any) -> Any:
@@ -53,7 +59,7 @@ def _convert(tp: Any, value: Any) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         kwargs = {
             f.name: _convert(hints[f.name], value[f.name])
             for f in dataclasses.fields(tp)

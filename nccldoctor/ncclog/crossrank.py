@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from nccldoctor.debugenv import NCCL_DEBUG_SUBSYS
 from nccldoctor.model import Finding, Severity
 from nccldoctor.ncclog.parser import LogSet
 from nccldoctor.ncclog.records import ProcessLog
@@ -26,7 +27,7 @@ _HANG_FIX = (
     "The stuck ranks' last lines say where they stopped. Check that every node reaches every\n"
     "other node's bootstrap and NET interfaces (same NCCL_SOCKET_IFNAME everywhere, no firewall on\n"
     "ephemeral TCP ports, no Docker bridge/NAT: use --network host), then rerun with\n"
-    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET,GRAPH"
+    f"NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}"
 )
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from nccldoctor.debugenv import NCCL_DEBUG_SUBSYS
 from nccldoctor.model import Finding, Severity
 from nccldoctor.ncclog.crossrank import cross_rank_findings
 from nccldoctor.ncclog.inputs import Source
@@ -151,7 +152,7 @@ def input_findings(logs: LogSet) -> list[Finding]:
                 f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
                 [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"],
                 "NCCL logs only when asked to. Rerun with:\n"
-                "export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET,GRAPH,TUNING\n"
+                f"export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}\n"
                 "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
                 area="logs",
             )

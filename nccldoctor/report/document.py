@@ -94,9 +94,14 @@ class Report:
             "findings",
             "nodes",
         }
+        # explain's top-level ``nodes`` is a count of hosts, not node facts: it stays in extra.
+        nodes = data.get("nodes", [])
+        facts_listed = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
+        if not facts_listed:
+            core = core - {"nodes"}
         return cls(
             kind=data.get("kind", "unknown"),
-            nodes=[from_dict(NodeFacts, n) for n in data.get("nodes", [])],
+            nodes=[from_dict(NodeFacts, n) for n in nodes] if facts_listed else [],
             findings=[Finding.from_dict(f) for f in data.get("findings", [])],
             command=list(data.get("command", [])),
             created=data.get("created", ""),

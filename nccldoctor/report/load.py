@@ -46,17 +46,11 @@ def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
 
 
 def report_from_document(document: dict[str, Any], source: str = "report") -> Report:
-    """The Report of a document; explain's top-level ``nodes`` (a count or names) stays as is."""
-    nodes = document.get("nodes", [])
-    facts_listed = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
-    core = document if facts_listed else {k: v for k, v in document.items() if k != "nodes"}
+    """The Report of a document (raises ReportError when it is malformed)."""
     try:
-        report = Report.from_dict(core)
+        return Report.from_dict(document)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ReportError(f"{source}: malformed report: {type(exc).__name__}: {exc}") from exc
-    if not facts_listed:
-        report.extra["nodes"] = nodes  # to_dict puts extra keys last, so this wins again
-    return report
 
 
 def load_document_report(path: str | Path) -> Report:
