@@ -39,6 +39,14 @@ def watch(
             help="Meet the other nodes' watchers through a store on this address.",
         ),
     ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            "--node-name",
+            envvar="NCCLDOCTOR_NODE_NAME",
+            help="This node's name (default: hostname).",
+        ),
+    ] = None,
     port: Annotated[
         int,
         typer.Option("--port", envvar="NCCLDOCTOR_WATCH_PORT", help="The watchers' store port."),
@@ -58,15 +66,16 @@ def watch(
         write_report(report, report_path)
         stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
 
+    node = node_name or socket.gethostname()
     peers = None
     if master:
         try:
-            peers = WatchPeers.join(master, port, socket.gethostname(), timeout_s=60.0)
+            peers = WatchPeers.join(master, port, node, timeout_s=60.0)
         except RendezvousError as exc:
             raise abort(f"cannot meet the other watchers: {exc}", code=3) from exc
     try:
         outcome = run_watched(
-            WatchConfig(command, out, hang_after, keep_running, peers),
+            WatchConfig(command, out, hang_after, keep_running, peers, node),
             on_event=lambda msg: stderr.print(f"nccldoctor: {msg}"),
             on_hang=lambda o: write(o, final=False),
         )

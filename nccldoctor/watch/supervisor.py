@@ -40,6 +40,7 @@ class WatchConfig:
     hang_after_s: float = 120.0
     keep_running: bool = False
     peers: WatchPeers | None = None  # the other nodes' watchers, when --master is given
+    node: str | None = None  # how the report names this node (default: the hostname)
 
 
 @dataclass
@@ -53,9 +54,11 @@ class WatchOutcome:
     duration_s: float = 0.0
 
 
-def job_env(user_env: dict[str, str], watch_dir: Path) -> dict[str, str]:
+def job_env(user_env: dict[str, str], watch_dir: Path, node: str | None = None) -> dict[str, str]:
     """The user's env plus what makes the job observable (never overriding the user)."""
     env = dict(user_env)
+    if node:
+        env["NCCLDOCTOR_NODE_NAME"] = node
     env.update(debug_env(user_env, watch_dir))
     env["NCCLDOCTOR_WATCH_DIR"] = str(watch_dir)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -93,7 +96,7 @@ def run_watched(
     started = time.monotonic()
     job = subprocess.Popen(
         config.command,
-        env=job_env(dict(os.environ), watch_dir),
+        env=job_env(dict(os.environ), watch_dir, config.node),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the whole job can be signalled as one process group

@@ -90,13 +90,20 @@ class Lab:
         self.hosts = [Host(h, self.net) for h in self.net.hosts]
         return self
 
-    def start(self, host: Host, args: list[str], out: Path, env: dict | None = None) -> NodeRun:
-        """``python -m nccldoctor check ARGS`` inside ``host``'s namespace."""
+    def start(
+        self,
+        host: Host,
+        args: list[str],
+        out: Path,
+        env: dict | None = None,
+        command: str = "check",
+    ) -> NodeRun:
+        """``python -m nccldoctor COMMAND --out OUT ARGS`` inside ``host``'s namespace."""
         full_env = {**os.environ, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": host.name}
         for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NCCLDOCTOR_FAULT"):
             full_env.pop(name, None)
         full_env.update(env or {})
-        argv = [sys.executable, "-m", "nccldoctor", "check", "--out", str(out), *args]
+        argv = [sys.executable, "-m", "nccldoctor", command, "--out", str(out), *args]
         proc = self.net.popen(host.lab_host, argv, full_env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
         run = NodeRun(host, proc, out, time.monotonic())

@@ -32,7 +32,7 @@ def _install(watch_dir: str) -> None:
 
     identity = {
         "pid": pid,
-        "host": socket.gethostname(),
+        "host": os.environ.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),
         "argv": sys.argv,
         **{
             k.lower(): os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")

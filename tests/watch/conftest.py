@@ -1,0 +1,1 @@
+from tests.cluster.conftest import lab  # noqa: F401  (the network-namespace hosts fixture)
