@@ -34,14 +34,16 @@ def render_terminal(report: Report, *, verbose: bool = False, unicode: bool = Tr
             head.append(f" ({status})")
         lines.append(head)
         for finding in sorted(shown, key=lambda f: -f.severity.rank):
-            lines.extend(_finding_lines(finding, marks, verbose))
+            lines.extend(_finding_lines(finding, marks, verbose, len(report.nodes) > 1))
     lines.append(Text())
     lines.append(_summary(report, problem_areas, marks))
     return Group(*lines)
 
 
-def _finding_lines(finding: Finding, marks: dict[Severity, str], verbose: bool) -> list[Text]:
-    where = f" [{finding.node}]" if finding.node and verbose else ""
+def _finding_lines(
+    finding: Finding, marks: dict[Severity, str], verbose: bool, several_nodes: bool
+) -> list[Text]:
+    where = f" [{finding.node}]" if finding.node and (verbose or several_nodes) else ""
     out = [
         Text(
             f"    {marks[finding.severity]} {finding.title}{where}", style=_STYLES[finding.severity]
