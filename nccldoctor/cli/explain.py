@@ -10,8 +10,6 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import abort, stdout, supports_unicode
-from nccldoctor.ncclog import InputError, expand_inputs
-from nccldoctor.ncclog import explain as explain_logs
 from nccldoctor.report import Report
 from nccldoctor.views.terminal import render_terminal
 
@@ -35,6 +33,9 @@ def explain(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Explain NCCL_DEBUG=INFO logs. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    from nccldoctor.ncclog import InputError, expand_inputs
+    from nccldoctor.ncclog import explain as explain_logs
+
     try:
         sources = expand_inputs(logs)
     except InputError as exc:

@@ -12,10 +12,6 @@ import typer
 
 from nccldoctor.cli.console import abort, stdout, supports_unicode
 from nccldoctor.report.answer import BANNERS, answer, banner
-from nccldoctor.report.load import ReportError, load_document_report
-from nccldoctor.report.merge import merge_reports
-from nccldoctor.views.html import render_html
-from nccldoctor.views.junit import render_junit
 from nccldoctor.views.terminal import render_terminal
 
 
@@ -43,6 +39,11 @@ def report(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Render reports as HTML, JUnit, JSON or text. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
+    from nccldoctor.report.load import ReportError, load_document_report
+    from nccldoctor.report.merge import merge_reports
+    from nccldoctor.views.html import render_html
+    from nccldoctor.views.junit import render_junit
+
     try:
         loaded = [(str(path), load_document_report(path)) for path in reports]
     except ReportError as exc:

@@ -10,11 +10,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import abort, stderr
-from nccldoctor.cluster.rendezvous import RendezvousError
 from nccldoctor.report import write_report
-from nccldoctor.watch.peers import WatchPeers
-from nccldoctor.watch.report import watch_report
-from nccldoctor.watch.supervisor import WatchConfig, WatchOutcome, run_watched
 
 
 def watch(
@@ -56,6 +52,11 @@ def watch(
 
     Exit code: the job's own, or 3 when watch ended a hung job.
     """
+    from nccldoctor.cluster.rendezvous import RendezvousError
+    from nccldoctor.watch.peers import WatchPeers
+    from nccldoctor.watch.report import watch_report
+    from nccldoctor.watch.supervisor import WatchConfig, WatchOutcome, run_watched
+
     if hang_after <= 0:
         raise abort("--hang-after must be positive")
     report_path = out / "report.json"
