@@ -18,6 +18,7 @@ the source/issue references. This module loads and validates them once and match
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import tomllib
@@ -312,16 +313,21 @@ def _literal_weight(pattern: str) -> int:
     return sum(map(len, runs))
 
 
-def _load_default() -> SignatureMatcher:
+@functools.cache
+def _default() -> SignatureMatcher:
+    """The shipped catalogue, compiled on first use: preflight, which never matches a log line,
+    does not pay for it."""
     text = files(__package__ or "checks").joinpath(CATALOGUE_FILE).read_text(encoding="utf-8")
     return SignatureMatcher(load_signatures(text))
 
 
-_DEFAULT = _load_default()
-SIGNATURES: tuple[Signature, ...] = _DEFAULT.signatures
+def __getattr__(name: str) -> Any:
+    if name == "SIGNATURES":  # tuple[Signature, ...], loaded lazily like match_line's matcher
+        return _default().signatures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def match_line(text: str) -> list[SignatureMatch]:
     """Every catalogue signature matching one log line (raw or envelope-stripped), most specific
     first; ``[]`` when none does."""
-    return _DEFAULT.match(text)
+    return _default().match(text)
