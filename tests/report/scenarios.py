@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
+from nccldoctor.report.answer import NCCL_SUMMARY_KEYS
 from tests.report.builders import (
     CREATED,
     bandwidth_section,
@@ -261,22 +262,7 @@ def preflight() -> Report:
 def explain() -> Report:
     """What `nccldoctor explain` writes: the `nccl` section, its issue-3 keys also at top level."""
     summary = nccl_section(4, 2)
-    top = {
-        key: summary[key]
-        for key in (
-            "nccl_version",
-            "cuda_version",
-            "nranks",
-            "nodes",
-            "network",
-            "interfaces",
-            "gdrdma",
-            "transports",
-            "channels",
-            "algorithms",
-            "init_complete",
-        )
-    }
+    top = {key: summary[key] for key in NCCL_SUMMARY_KEYS}
     return Report(
         kind="explain",
         findings=[
