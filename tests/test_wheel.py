@@ -9,7 +9,6 @@ editable install of nccldoctor there stays invisible to the new venv.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,19 +30,9 @@ def _run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     return proc
 
 
-def _build_wheel(out: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, REPO]
-    if importlib.util.find_spec("hatchling"):
-        cmd.insert(4, "--no-build-isolation")  # offline: the backend is already here
-    proc = _run(cmd)
-    assert proc.returncode == 0, proc.stderr
-    (wheel,) = out.glob("nccldoctor-*.whl")
-    return wheel
-
-
 @pytest.mark.slow
-def test_wheel_installs_into_a_fresh_venv_and_runs_preflight(tmp_path):
-    wheel = _build_wheel(tmp_path / "dist")
+def test_wheel_installs_into_a_fresh_venv_and_runs_preflight(tmp_path, built_wheel):
+    wheel = built_wheel
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("checks/__init__.py", "checks/gpu.py", "checks/container.py"):
         assert shipped in names

@@ -125,26 +125,10 @@ def test_installed_style_run_through_python_dash_m(tmp_path: Path) -> None:
     assert 'id="timeline-chart"' in html.read_text()
 
 
-def test_wheel_ships_the_templates_and_renders_from_them(tmp_path: Path) -> None:
+def test_wheel_ships_the_templates_and_renders_from_them(tmp_path: Path, built_wheel: Path) -> None:
     import zipfile
 
-    root = Path(__file__).parents[2]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "build",
-            "--wheel",
-            "--no-isolation",
-            "--outdir",
-            str(tmp_path),
-            str(root),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (wheel,) = tmp_path.glob("*.whl")
+    wheel = built_wheel
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
         "nccldoctor/templates/report.html.j2",
