@@ -1,7 +1,7 @@
 """The one door from the parser to the known-signature catalogue (``checks/signatures.py``).
 
 Every WARN and every line that is not an NCCL debug line (PyTorch, the launcher, the app) goes
-through :func:`match`. Parse workers only record which lines matched (plain text pickles
+through :func:`match` (the catalogue compiles itself on first use). Parse workers only record which lines matched (plain text pickles
 cheaply); the main process turns those lines into Findings with :func:`findings_from_hits`.
 """
 
@@ -11,33 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from checks.signatures import match_line
 from nccldoctor.model import Finding
 
 MAX_LINES_PER_SIGNATURE = 5
-_UNLOADED = object()
-_match_line: Any = _UNLOADED
-
-
-def _matcher() -> Callable[[str], list[Any]] | None:
-    """``checks.signatures.match_line``, imported on first use: compiling the catalogue costs
-    more than parsing a log that has no WARN at all."""
-    global _match_line
-    if _match_line is _UNLOADED:
-        try:
-            from checks.signatures import match_line
-        except ImportError:  # a build without the catalogue: no line matches
-            match_line = None
-        _match_line = match_line
-    return _match_line
 
 
 def match(text: str) -> list[Any]:
-    """The catalogue's matches for ``text`` (``SignatureMatch`` objects), or none."""
-    matcher = _matcher()
-    if matcher is None:
-        return []
+    """The catalogue's matches for ``text`` (``SignatureMatch`` objects), most specific first."""
     try:
-        return list(matcher(text))
+        return match_line(text)
     except Exception:  # a broken catalogue entry must not stop the parse
         return []
 
@@ -62,15 +45,12 @@ class SignatureHit:
 
 
 def record(hits: dict[str, SignatureHit], text: str, key: str | None, line: str = "") -> bool:
-    """Match ``text`` (a WARN's message, or a whole line) and remember ``line`` under each
-    signature it matched; True when one did."""
+    """Match ``text`` (a WARN's message, or a whole line) and remember ``line`` under the most
+    specific signature it matched (a generic twin would only repeat it); True when one did."""
     found = match(text)
-    for m in found:
-        sig_id = m.signature.id
-        hit = hits.get(sig_id)
-        if hit is None:
-            hit = hits[sig_id] = SignatureHit(sig_id)
-        hit.add(text, line or text, key)
+    if found:
+        sig_id = found[0].signature.id
+        hits.setdefault(sig_id, SignatureHit(sig_id)).add(text, line or text, key)
     return bool(found)
 
 
