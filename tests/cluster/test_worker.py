@@ -72,8 +72,6 @@ def assert_events_in_order(events: list[dict], rank: int) -> None:
     assert all(e["rank"] == rank for e in events)
     marks = [(e["phase"], e["status"]) for e in events if e["status"] != "heartbeat"]
     assert marks == [(p, s) for p in PHASES for s in ("start", "ok")]
-    beats = [e for e in events if e["status"] == "heartbeat"]
-    assert beats, "no heartbeat although ddp alone takes longer than the heartbeat interval"
     running, previous_t = None, events[0]["t"]
     for event in events:
         running = event["phase"] if event["status"] == "start" else running
@@ -163,6 +161,9 @@ def test_hang_in_barrier_ends_by_the_deadline_with_stacks(tmp_path, store):
         assert (failed["phase"], failed["status"]) == ("barrier", "fail")
         # gloo's timeout (rank 0) or the worker's own deadline (rank 1): never much later.
         assert failed["t"] - start <= deadline + GRACE_S + MARGIN_S
+    # While stuck for 3 s the worker kept beating (every second): alive but waiting, not dead.
+    beats = [e for e in ranks.events(1) if (e["phase"], e["status"]) == ("barrier", "heartbeat")]
+    assert len(beats) >= 2
     # The worker's own deadline dumped the stacks again, headed with why.
     assert "# barrier outlived its 3 s deadline" in stacks.read_text()
 
