@@ -17,9 +17,13 @@ GiB = 2**30
 # F21: NCCL's SHM transport puts each local peer pair's buffers in /dev/shm (9.6 MB for one
 # segment in pytorch/ci-infra#490), so Docker's 64 MB default fails as soon as several local
 # ranks talk. Under 256 MiB with more than one local GPU: fail. Under 1 GiB (NCCL's own Docker
-# advice, --shm-size=1g; also DataLoader workers): warn, or info on a node without GPUs.
+# advice, --shm-size=1g; also DataLoader workers): warn, or info on a node without GPUs that runs
+# one rank (several ranks on CPU: warn, what NCCL would need on GPUs).
 SHM_FAIL_BYTES = 256 * MiB
 SHM_WARN_BYTES = 1 * GiB
+# One SHM segment in the field (pytorch/ci-infra#490): NCCL_BUFFSIZE's 4 MiB for SIMPLE plus the
+# LL and LL128 buffers of one connection.
+NCCL_SHM_SEGMENT_BYTES = 9637888
 
 # F15: RDMA registration pins host memory against RLIMIT_MEMLOCK. Docker's default is 8 MiB
 # (64 KiB on older engines): registration fails at once. NCCL asks for unlimited.
@@ -58,9 +62,10 @@ def shm_small(facts: NodeFacts) -> Problem | None:
     if size is None or size >= SHM_WARN_BYTES:
         return None
     gpus = visible_gpu_count(facts.gpu)
-    if gpus == 0:
-        severity = Severity.INFO  # a CPU node: only DataLoader workers would use it
-    elif size < SHM_FAIL_BYTES and gpus > 1:
+    ranks = facts.local_ranks or gpus
+    if gpus == 0 and ranks < 2:
+        severity = Severity.INFO  # a CPU node with one rank: only DataLoader workers would use it
+    elif size < SHM_FAIL_BYTES and ranks > 1 and gpus > 0:
         severity = Severity.FAIL
     else:
         severity = Severity.WARN
@@ -68,16 +73,38 @@ def shm_small(facts: NodeFacts) -> Problem | None:
     if c.shm_free_bytes is not None:
         evidence.append(f"/dev/shm free: {c.shm_free_bytes / MiB:.0f} MiB")
     evidence.append(f"GPUs visible to CUDA: {gpus}")
+    title = f"/dev/shm is only {size / MiB:.0f} MiB"
+    if ranks > 1:
+        title += f" for {ranks} local ranks"
+        evidence += _shm_segments(size, ranks, gpus)
     return Problem(
         severity,
-        f"/dev/shm is only {size / MiB:.0f} MiB",
+        title,
         evidence,
-        "NCCL fails with 'failed to extend /dev/shm/nccl-... No space left on device' when local\n"
-        "ranks use shared memory. Give the container more, or the host's IPC namespace:\n"
+        "NCCL fails with 'failed to extend /dev/shm/nccl-... No space left on device' or 'Error\n"
+        "while creating shared memory segment' when local ranks use shared memory. Give the\n"
+        "container more, or the host's IPC namespace:\n"
         "  docker run --shm-size=1g ...        # or: docker run --ipc=host ...\n"
         "  # Kubernetes: an emptyDir {medium: Memory} volume mounted at /dev/shm\n"
         "  # last resort, slower: export NCCL_SHM_DISABLE=1",
     )
+
+
+def _shm_segments(size: int, ranks: int, gpus: int) -> list[str]:
+    """How the local ranks would fill /dev/shm under NCCL: what a run on gloo cannot show."""
+    fits = size // NCCL_SHM_SEGMENT_BYTES
+    lines = [
+        f"{ranks} local ranks: NCCL's SHM transport gives each connection between two of them a "
+        f"/dev/shm segment sized by its buffers ({NCCL_SHM_SEGMENT_BYTES} bytes in "
+        f"pytorch/ci-infra#490), one per channel and direction; {size / MiB:.0f} MiB holds "
+        f"{fits} of them",
+    ]
+    if gpus == 0:
+        lines.append(
+            f"no GPU here: the {ranks} local ranks run gloo, which keeps no buffers in /dev/shm, "
+            "so a run on this node passes; with GPUs NCCL would need the space"
+        )
+    return lines
 
 
 @check("container.shm-not-writable", area="container", category="shm_docker")

@@ -17,8 +17,9 @@ def run_preflight(
     env: Mapping[str, str] | None = None,
     only: Sequence[str] | None = None,
     command: Sequence[str] = (),
+    local_ranks: int | None = None,
 ) -> Report:
-    facts = collect_node_facts(root=root, env=env, master=master)
+    facts = collect_node_facts(root=root, env=env, master=master, local_ranks=local_ranks)
     return Report(
         kind="preflight",
         nodes=[facts],

@@ -65,6 +65,24 @@ def test_shm_small_fails_with_several_local_gpus():
     assert finding.severity is Severity.FAIL
 
 
+def test_shm_small_warns_for_several_local_ranks_on_a_cpu_node():
+    facts = host("docker-bridge")
+    facts.local_ranks = 2
+    (finding,) = run("container.shm-small", facts)
+    assert finding.severity is Severity.WARN
+    assert finding.title == "/dev/shm is only 64 MiB for 2 local ranks"
+    assert "64 MiB holds 6 of them" in finding.evidence[-2]
+    assert finding.evidence[-1].startswith("no GPU here: the 2 local ranks run gloo")
+
+
+def test_shm_small_counts_the_ranks_the_run_starts_not_only_the_gpus():
+    facts = host("docker-bridge", gpus=1)
+    facts.local_ranks = 2
+    (finding,) = run("container.shm-small", facts)
+    assert finding.severity is Severity.FAIL and "for 2 local ranks" in finding.title
+    assert not any(e.startswith("no GPU here") for e in finding.evidence)
+
+
 def test_shm_small_quiet_on_the_host():
     assert run("container.shm-small", host("cpu-host", gpus=2)) == []
 

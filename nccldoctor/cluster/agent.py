@@ -160,7 +160,12 @@ class NodeAgent:
     # -- phases --------------------------------------------------------------------------------
     def _preflight(self) -> None:
         with self.phase("preflight"):
-            pf = run_preflight(master=self.config.master, env=self.env, command=self.command)
+            pf = run_preflight(
+                master=self.config.master,
+                env=self.env,
+                command=self.command,
+                local_ranks=self.config.procs_per_node,
+            )
             self.run.facts = pf.nodes[0]
             for finding in pf.findings:  # the node's name in this run, not its hostname
                 finding.node = self.run.node if finding.node == pf.nodes[0].node else finding.node

@@ -11,11 +11,13 @@ import contextlib
 import ipaddress
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _TEST_NET = ipaddress.ip_network("198.18.0.0/15")
 
@@ -43,7 +45,7 @@ class NetLab:
     prefix: str = "198.18.7"  # the /24 the hosts live in
     tag: str = field(default_factory=lambda: f"ca{secrets.token_hex(2)}")
     hosts: list[LabHost] = field(default_factory=list)
-    _made: list[tuple[str, str]] = field(default_factory=list)  # ("ns"|"link", name) to remove
+    _made: list[tuple[str, str]] = field(default_factory=list)  # ("ns"|"link"|"etc", name)
 
     def __post_init__(self) -> None:
         if not ipaddress.ip_network(f"{self.prefix}.0/24").subnet_of(_TEST_NET):
@@ -82,12 +84,33 @@ class NetLab:
         return _ip("netns", "exec", host.ns, *args, check=check)
 
     def popen(
-        self, host: LabHost, argv: Sequence[str], env: Mapping[str, str], **kwargs: object
+        self,
+        host: LabHost,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        shm_size: str | None = None,
+        hostname: str | None = None,
+        **kwargs: object,
     ) -> subprocess.Popen:
-        """Start ``argv`` inside ``host``'s namespace, in a session of its own."""
+        """Start ``argv`` inside ``host``'s namespace, in a session of its own; with ``shm_size``
+        ("64m") on a /dev/shm tmpfs of that size, with ``hostname`` under that hostname (each in
+        a namespace of the process's own, so the machine's are untouched)."""
         return subprocess.Popen(
-            ["ip", "netns", "exec", host.ns, *argv], env=dict(env), start_new_session=True, **kwargs
+            ["ip", "netns", "exec", host.ns, *isolated(argv, shm_size, hostname)],
+            env=dict(env),
+            start_new_session=True,
+            **kwargs,
         )  # type: ignore[arg-type]
+
+    def write_etc(self, host: LabHost, name: str, text: str) -> None:
+        """A private ``/etc/<name>`` for ``host`` (``hosts``, ``resolv.conf``): ``ip netns exec``
+        bind-mounts ``/etc/netns/<ns>/<name>`` over it for every process it starts."""
+        folder = Path("/etc/netns") / host.ns
+        if not folder.is_dir():
+            folder.mkdir(parents=True)
+            self._made.append(("etc", str(folder)))
+        (folder / name).write_text(text)
 
     def kill_host(self, host: LabHost) -> None:
         """The node dies: every process in its namespace gets SIGKILL."""
@@ -101,9 +124,27 @@ class NetLab:
             if kind == "ns":
                 self.kill_host(LabHost("", name, ""))
                 _ip("netns", "del", name, check=False)
+            elif kind == "etc":
+                shutil.rmtree(name, ignore_errors=True)
             else:
                 _ip("link", "del", name, check=False)
         self._made.clear()
+
+
+def isolated(argv: Sequence[str], shm_size: str | None, hostname: str | None) -> list[str]:
+    """``argv`` run through ``unshare``: a private mount namespace with a /dev/shm tmpfs of
+    ``shm_size``, a UTS namespace named ``hostname``; ``argv`` itself when neither is asked."""
+    if shm_size is None and hostname is None:
+        return list(argv)
+    flags, steps = [], []
+    if shm_size is not None:
+        flags += ["--mount", "--propagation", "private"]
+        steps.append(f"mount -t tmpfs -o size={shlex.quote(shm_size)} tmpfs /dev/shm")
+    if hostname is not None:
+        flags.append("--uts")
+        steps.append(f"hostname {shlex.quote(hostname)}")
+    script = " && ".join([*steps, 'exec "$@"'])
+    return ["unshare", *flags, "sh", "-c", script, "sh", *argv]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

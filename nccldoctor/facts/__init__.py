@@ -33,6 +33,7 @@ class NodeFacts:
     software: SoftwareFacts = field(default_factory=SoftwareFacts)
     probe_errors: list[ProbeError] = field(default_factory=list)
     multi_node: bool = False  # a master or WORLD_SIZE > local GPUs says peers are elsewhere
+    local_ranks: int | None = None  # ranks this node runs (--procs-per-node, LOCAL_WORLD_SIZE)
 
 
 __all__ = [

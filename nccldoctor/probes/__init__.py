@@ -20,8 +20,10 @@ def collect_node_facts(
     env: Mapping[str, str] | None = None,
     master: str | None = None,
     node: str | None = None,
+    local_ranks: int | None = None,
 ) -> NodeFacts:
-    """Run every probe; a probe that raises becomes a ProbeError, the rest still run."""
+    """Run every probe; a probe that raises becomes a ProbeError, the rest still run.
+    ``local_ranks``: the ranks the caller will start here (else the launcher's LOCAL_WORLD_SIZE)."""
     from nccldoctor.probes import container, gpu, network, rdma, software
     from nccldoctor.probes import env as env_probe
 
@@ -42,7 +44,16 @@ def collect_node_facts(
         except Exception as exc:  # a probe crash is data: the checks say what is unknown
             facts.probe_errors.append(ProbeError(name, f"{type(exc).__name__}: {exc}"))
     facts.multi_node = bool(master or env.get("MASTER_ADDR")) or _world_exceeds_node(env)
+    facts.local_ranks = local_ranks or _positive_int(env.get("LOCAL_WORLD_SIZE"))
     return facts
+
+
+def _positive_int(value: str | None) -> int | None:
+    try:
+        number = int(value or "")
+    except ValueError:
+        return None
+    return number if number > 0 else None
 
 
 def _world_exceeds_node(env: Mapping[str, str]) -> bool:

@@ -46,6 +46,10 @@ class Host:
     def exec(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.net.exec(self.lab_host, *args, check=check)
 
+    def write_etc(self, name: str, text: str) -> None:
+        """This host's own /etc/NAME (e.g. hosts), seen by every process started in it."""
+        self.net.write_etc(self.lab_host, name, text)
+
 
 @dataclass
 class NodeRun:
@@ -97,15 +101,18 @@ class Lab:
         out: Path,
         env: dict | None = None,
         command: str = "check",
+        shm_size: str | None = None,
+        hostname: str | None = None,
     ) -> NodeRun:
-        """``python -m nccldoctor COMMAND --out OUT ARGS`` inside ``host``'s namespace."""
+        """``python -m nccldoctor COMMAND --out OUT ARGS`` inside ``host``'s namespace (on a
+        /dev/shm of ``shm_size``, under ``hostname``: see NetLab.popen)."""
         full_env = {**os.environ, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": host.name}
         for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NCCLDOCTOR_FAULT"):
             full_env.pop(name, None)
         full_env.update(env or {})
         argv = [sys.executable, "-m", "nccldoctor", command, "--out", str(out), *args]
-        proc = self.net.popen(host.lab_host, argv, full_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = self.net.popen(host.lab_host, argv, full_env, shm_size=shm_size, hostname=hostname,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         run = NodeRun(host, proc, out, time.monotonic())
         self.runs.append(run)
         return run
