@@ -136,6 +136,22 @@ def nccl_env_differs(nodes: list[NodeFacts]) -> Problem | None:
     )
 
 
+@check("cluster.master-address-differs", area="cluster", category="env_config", scope="cluster")
+def master_address_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """The master's name resolves to different addresses on different nodes (an /etc/hosts line
+    on some nodes only: Debian's 127.0.1.1 hostname line on the master, a stale entry)."""
+    master = next((f.network.master for f in nodes if f.network.master), None)
+    return _mismatch(
+        nodes,
+        lambda f: ", ".join(f.network.master_addresses) or None,
+        f"the address of the master {master}",
+        Severity.WARN,
+        "Give the master by IP (--master / MASTER_ADDR), or make its name resolve to that IP on "
+        "every node (the same /etc/hosts line or DNS); a node that resolves it to loopback "
+        "advertises loopback.",
+    )
+
+
 def _route_interface(facts: NodeFacts):
     """The interface this node reaches the master through (the master: the one holding it)."""
     net = facts.network

@@ -16,7 +16,7 @@ from checks.netfacts import (
     route_line,
     suggested_ifname,
 )
-from nccldoctor.facts import NodeFacts
+from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.model import Severity
 
 _DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridge network
@@ -31,8 +31,7 @@ def hostname_loopback(facts: NodeFacts) -> Problem | None:
         return None
     if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.hostname_addresses):
         return None
-    route = net.route_to_master
-    ip = route.source if route and route.source else "<this node's routable IP>"
+    ip = _routable_address(net)
     return Problem(
         Severity.WARN,
         f"hostname {net.hostname} resolves to {', '.join(net.hostname_addresses)}: gloo will advertise loopback",
@@ -49,6 +48,18 @@ def hostname_loopback(facts: NodeFacts) -> Problem | None:
             f"export GLOO_SOCKET_IFNAME={suggested_ifname(net)}"
         ),
     )
+
+
+def _routable_address(net: NetworkFacts) -> str:
+    """This node's address towards the master (not the loopback source of the master's own
+    route to itself), for an /etc/hosts line."""
+    route = net.route_to_master
+    if route and route.source and not ipaddress.ip_address(route.source).is_loopback:
+        return route.source
+    iface = interface_named(net, suggested_ifname(net))
+    if iface and iface.ipv4:
+        return iface.ipv4[0].split("/")[0]
+    return "<this node's routable IP>"
 
 
 @check("master.unresolvable", area="network", category="connect_refused_or_timeout")

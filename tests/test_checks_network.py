@@ -120,6 +120,9 @@ def test_hostname_loopback():
     assert "127.0.1.1" in hit.title and "198.18.40.12 trainer-02" in hit.fix
     assert not findings("host.hostname-loopback", host_facts("hosts-loopback", {}))  # one node
     assert not findings("host.hostname-loopback", host_facts(IB, {}, MASTER))
+    # on the master given by that name the route is loopback: the fix names eth0's address
+    on_master = _one("host.hostname-loopback", host_facts("hosts-loopback", {}, "trainer-02"))
+    assert "198.18.40.12 trainer-02" in on_master.fix and "127.0" not in on_master.fix.split(":")[1]
 
 
 def test_master_unresolvable():

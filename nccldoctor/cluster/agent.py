@@ -21,7 +21,12 @@ from typing import Any
 
 from nccldoctor.cluster import gate, gather, launcher, rendezvous, results, watchdog
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
+from nccldoctor.cluster.findings import (
+    hello_findings,
+    interface_findings,
+    master_loopback_findings,
+    reach_findings,
+)
 from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.facts import to_dict
@@ -195,6 +200,8 @@ class NodeAgent:
             address = result.addresses[0]
             run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
             row["detail"] = f"{result.interface} → {address}:{c.port}"
+            if run.is_master and c.nodes != 1:  # one node: loopback is all it needs
+                run.findings.extend(master_loopback_findings(result, run.node, local_interfaces()))
             if run.is_master:
                 self._host()
             else:  # hello first: the master learns of this node even when its store port is blocked

@@ -8,6 +8,7 @@ is judged here. Each function is pure: observations in, findings out.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping, Sequence
 
 from nccldoctor.cluster.gate import Hello, HelloReply
@@ -68,6 +69,54 @@ def reach_findings(r: ReachResult, port: int, node: str) -> list[Finding]:
             node=node,
         )
     ]
+
+
+def master_loopback_findings(
+    r: ReachResult, node: str, interfaces: Mapping[str, Sequence[str]]
+) -> list[Finding]:
+    """The master's own name resolves to loopback on the master (Debian's 127.0.1.1 hostname
+    line, F05): the store listens on every address, so the others join, but what the master's
+    ranks advertise (gloo: the hostname's address; the route to the master: lo) is loopback, and
+    the other nodes' ranks connect to their own 127.0.0.1."""
+    if not r.loopback or _is_ip(r.master) or r.master == "localhost":
+        return []  # a loopback address or localhost on purpose: nodes of one host
+    routable = [(name, a) for name, addrs in sorted(interfaces.items()) for a in addrs
+                if not ipaddress.ip_address(a).is_loopback]  # fmt: skip
+    address = routable[0][1] if len(routable) == 1 else "<this node's address on the fast network>"
+    where = "/etc/hosts: " + "; ".join(r.hosts_lines) if r.hosts_lines else "not from /etc/hosts"
+    if r.hosts_lines:
+        fix = (f"# on node {node}, in /etc/hosts replace {r.hosts_lines[0]!r} with:\n"
+               f"{address} {r.master}")  # fmt: skip
+    else:
+        fix = f"# make {r.master} resolve to {address} on node {node} (DNS, or /etc/hosts)"
+    return [
+        Finding(
+            "run.master-name-loopback",
+            "interface_selection",
+            Severity.FAIL,
+            f"the master's name {r.master} resolves to {', '.join(r.addresses)} on the master "
+            f"(node {node}): its ranks advertise loopback and the other nodes cannot connect back",
+            [
+                f"{r.master} -> {', '.join(r.addresses)} on node {node} ({where})",
+                "routable addresses here: "
+                + (", ".join(f"{n} {a}" for n, a in routable) or "none"),
+                f"route to the master: {r.interface} (source {r.source}): gloo and NCCL would "
+                "bind and advertise this",
+            ],
+            f"{fix}\n# or give the master by IP on every node: --master {address} "
+            f"(MASTER_ADDR={address})",
+            area="network",
+            node=node,
+        )
+    ]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def hello_findings(reply: HelloReply, advertised: str, node: str, gate: str) -> list[Finding]:

@@ -12,6 +12,9 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from nccldoctor.probes.netpath import hosts_entries
 
 
 @dataclass
@@ -19,6 +22,7 @@ class ReachResult:
     master: str
     addresses: list[str] = field(default_factory=list)
     resolve_error: str | None = None
+    hosts_lines: list[str] = field(default_factory=list)  # /etc/hosts lines naming the master
     interface: str | None = None  # the kernel's route to the master goes out here
     source: str | None = None  # with this source address: what this node advertises
     connected: bool = False
@@ -27,6 +31,13 @@ class ReachResult:
     refused: int = 0  # attempts answered with RST: the host is there, nobody listens (yet)
     timed_out: int = 0  # attempts that got no answer at all: a firewall dropping, or no route
     elapsed_s: float = 0.0
+
+    @property
+    def loopback(self) -> bool:
+        """The master resolved, and only to loopback addresses (127.0.1.1, ::1)."""
+        return bool(self.addresses) and all(
+            ipaddress.ip_address(a.split("%")[0]).is_loopback for a in self.addresses
+        )
 
 
 def resolve(master: str) -> tuple[list[str], str | None]:
@@ -75,10 +86,12 @@ def is_local(address: str) -> bool:
         return False
 
 
-def locate(master: str) -> ReachResult:
-    """Resolve ``master`` and ask the kernel for the route; no packet is sent."""
+def locate(master: str, root: Path = Path("/")) -> ReachResult:
+    """Resolve ``master`` (and quote ``/etc/hosts`` on it) and ask the kernel for the route;
+    no packet is sent."""
     result = ReachResult(master)
     result.addresses, result.resolve_error = resolve(master)
+    result.hosts_lines = [line for _, names, line in hosts_entries(root) if master in names]
     if result.addresses:
         result.interface, result.source = route_to(result.addresses[0])
     return result

@@ -1,0 +1,95 @@
+"""The pure parts of the host faults: the lab's namespace wrapper, the master's name on loopback,
+the master's address compared across nodes, local ranks in the facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from checks import get_check
+from nccldoctor.cluster.findings import master_loopback_findings
+from nccldoctor.cluster.netlab import isolated
+from nccldoctor.cluster.reach import ReachResult, locate
+from nccldoctor.facts import NodeFacts
+from nccldoctor.model import Severity
+from nccldoctor.probes import collect_node_facts
+
+INTERFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.5.1"]}
+DEBIAN_LINE = "127.0.1.1 trainer-01"
+
+
+def on_master(master="trainer-01", addresses=("127.0.1.1",), lines=(DEBIAN_LINE,)):
+    return ReachResult(master, list(addresses), hosts_lines=list(lines), interface="lo",
+                       source="127.0.0.1")  # fmt: skip
+
+
+def test_isolated_is_the_command_itself_without_options():
+    assert isolated(["python", "-m", "x"], None, None) == ["python", "-m", "x"]
+
+
+def test_isolated_mounts_shm_and_sets_the_hostname_then_execs():
+    argv = isolated(["python", "a b"], "64m", "node0-x")
+    assert argv[:6] == ["unshare", "--mount", "--propagation", "private", "--uts", "sh"]
+    assert argv[6:8] == [
+        "-c",
+        'mount -t tmpfs -o size=64m tmpfs /dev/shm && hostname node0-x && exec "$@"',
+    ]
+    assert argv[8:] == ["sh", "python", "a b"]
+
+
+def test_master_name_on_loopback_names_the_hosts_line_and_the_fix():
+    (f,) = master_loopback_findings(on_master(), "node0", INTERFACES)
+    assert (f.id, f.category, f.severity, f.node) == (
+        "run.master-name-loopback", "interface_selection", Severity.FAIL, "node0"
+    )  # fmt: skip
+    assert f.title.startswith("the master's name trainer-01 resolves to 127.0.1.1 on the master")
+    assert (
+        f.evidence[0] == "trainer-01 -> 127.0.1.1 on node node0 (/etc/hosts: 127.0.1.1 trainer-01)"
+    )
+    assert f.evidence[1] == "routable addresses here: eth0 198.18.5.1"
+    assert "replace '127.0.1.1 trainer-01' with:\n198.18.5.1 trainer-01" in f.fix
+    assert "--master 198.18.5.1" in f.fix
+
+
+def test_master_name_on_loopback_without_a_hosts_line_or_a_single_address():
+    two = {**INTERFACES, "eth1": ["198.18.6.1"]}
+    (f,) = master_loopback_findings(on_master(lines=()), "node0", two)
+    assert "not from /etc/hosts" in f.evidence[0]
+    assert "<this node's address on the fast network>" in f.fix
+
+
+def test_master_on_loopback_on_purpose_or_routable_is_quiet():
+    assert master_loopback_findings(on_master(addresses=("198.18.5.1",)), "n", INTERFACES) == []
+    assert master_loopback_findings(on_master("127.0.0.1", ("127.0.0.1",)), "n", INTERFACES) == []
+    assert master_loopback_findings(on_master("localhost"), "n", INTERFACES) == []
+    assert master_loopback_findings(on_master(addresses=()), "n", INTERFACES) == []
+
+
+def test_locate_quotes_the_hosts_lines_naming_the_master(tmp_path: Path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{DEBIAN_LINE}  # Debian\n")
+    found = locate("127.0.0.1", root=tmp_path)
+    assert found.hosts_lines == [] and found.loopback
+    assert locate("trainer-01", root=tmp_path).hosts_lines == [f"{DEBIAN_LINE}  # Debian"]
+
+
+def master_view(name, addresses):
+    facts = NodeFacts(node=name)
+    facts.network.master, facts.network.master_addresses = "trainer-01", addresses
+    return facts
+
+
+def test_master_address_differs_between_nodes():
+    check = get_check("cluster.master-address-differs")
+    (f,) = check.run([master_view("node0", ["127.0.1.1"]), master_view("node1", ["198.18.5.1"])])
+    assert f.title == "the address of the master trainer-01 differs between nodes (2 values)"
+    assert f.evidence == ["127.0.1.1: node0", "198.18.5.1: node1"]
+    assert check.run([master_view("a", ["198.18.5.1"]), master_view("b", ["198.18.5.1"])]) == []
+    assert check.run([master_view("a", []), master_view("b", ["198.18.5.1"])]) == []
+    assert check.run([]) == []
+
+
+def test_local_ranks_from_the_caller_or_the_launcher(tmp_path: Path):
+    assert collect_node_facts(tmp_path, {}, local_ranks=2).local_ranks == 2
+    assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "4"}).local_ranks == 4
+    assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "x"}).local_ranks is None
+    assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "0"}).local_ranks is None
