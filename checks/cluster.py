@@ -138,8 +138,10 @@ def nccl_env_differs(nodes: list[NodeFacts]) -> Problem | None:
 
 @check("cluster.master-address-differs", area="cluster", category="env_config", scope="cluster")
 def master_address_differs(nodes: list[NodeFacts]) -> Problem | None:
-    """The master's name resolves to different addresses on different nodes (an /etc/hosts line
-    on some nodes only: Debian's 127.0.1.1 hostname line on the master, a stale entry)."""
+    """The master's name resolves to different addresses on different nodes.
+
+    An /etc/hosts line on some nodes only: Debian's 127.0.1.1 hostname line on the master, a
+    stale entry."""
     master = next((f.network.master for f in nodes if f.network.master), None)
     return _mismatch(
         nodes,
