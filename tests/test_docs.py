@@ -279,6 +279,9 @@ def test_commands_and_options_in_docs_are_real():
         if command is None:
             wrong.append(f"{page}: nccldoctor {name} (no such command)")
             continue
+        if hasattr(command, "commands"):  # a group (`report merge ...`), or its default command
+            first = (rest.split() or [""])[0]
+            command = command.commands.get(first) or command.commands[command.default_command]
         options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
         for token in rest.split(" -- ")[0].split():
             option = token.split("=")[0]

@@ -22,7 +22,7 @@ app.command("explain")(explain.explain)
 app.command("check")(check.check)
 app.command("demo")(demo.demo)
 app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
-app.command("report")(report_command.report)
+app.add_typer(report_command.app, name="report")
 
 
 def _version(value: bool) -> None:

@@ -1,4 +1,5 @@
-"""`nccldoctor report`: re-render a report, or merge per-node reports when the master's was lost."""
+"""`nccldoctor report`: re-render a report (``show``, the default), or ``merge`` per-node reports
+into a cluster report when the master's was lost."""
 
 from __future__ import annotations
 
@@ -9,13 +10,47 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from nccldoctor.cli.console import abort, stdout, supports_unicode
 from nccldoctor.report.answer import BANNERS, answer, banner
+from nccldoctor.report.document import Report
 from nccldoctor.views.terminal import render_terminal
 
 
-def report(
+class _ShowByDefault(TyperGroup):
+    """`nccldoctor report RUN.json` means `nccldoctor report show RUN.json`: anything that is not
+    a subcommand (a path, an option) goes to ``show``."""
+
+    default_command = "show"
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_ShowByDefault,
+    help="Render reports as text, HTML, JUnit or JSON (show, the default), or merge per-node "
+    "reports into a cluster report (merge). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete.",
+    no_args_is_help=True,
+)
+
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", envvar="NCCLDOCTOR_OUTPUT", help="Write the HTML page here."),
+]
+Junit = Annotated[
+    Path | None,
+    typer.Option(envvar="NCCLDOCTOR_JUNIT", help="Write JUnit XML here (CI pre-flight)."),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print the (merged) report as JSON.")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")]
+
+
+@app.command("show")
+def show(
     reports: Annotated[
         list[Path],
         typer.Argument(
@@ -23,32 +58,54 @@ def report(
             help="A report to re-render, or every node's report to merge into a cluster report.",
         ),
     ],
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", envvar="NCCLDOCTOR_OUTPUT", help="Write the HTML page here."
-        ),
-    ] = None,
-    junit: Annotated[
-        Path | None,
-        typer.Option(envvar="NCCLDOCTOR_JUNIT", help="Write JUnit XML here (CI pre-flight)."),
-    ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the (merged) report as JSON.")
-    ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+    output: Output = None,
+    junit: Junit = None,
+    json_out: JsonOut = False,
+    verbose: Verbose = False,
 ) -> None:
-    """Render reports as HTML, JUnit, JSON or text. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
-    from nccldoctor.report.load import ReportError, load_document_report
+    """Render a report (several: merged first). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
     from nccldoctor.report.merge import merge_reports
+
+    loaded = _load(reports)
+    result = loaded[0][1] if len(loaded) == 1 else merge_reports(loaded)
+    _render(result, output, junit, json_out, verbose)
+
+
+@app.command("merge")
+def merge(
+    reports: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="NODE.json...",
+            help="The reports the nodes wrote (check-<node>.json); a missing node is named.",
+        ),
+    ],
+    output: Output = None,
+    junit: Junit = None,
+    json_out: JsonOut = False,
+    verbose: Verbose = False,
+) -> None:
+    """Merge per-node reports into one cluster report, naming the nodes whose report is missing."""
+    from nccldoctor.report.merge import merge_reports
+
+    _render(merge_reports(_load(reports)), output, junit, json_out, verbose)
+
+
+def _load(paths: list[Path]) -> list[tuple[str, Report]]:
+    from nccldoctor.report.load import ReportError, load_document_report
+
+    try:
+        return [(str(path), load_document_report(path)) for path in paths]
+    except ReportError as exc:
+        raise abort(str(exc)) from None
+
+
+def _render(
+    result: Report, output: Path | None, junit: Path | None, json_out: bool, verbose: bool
+) -> None:
     from nccldoctor.views.html import render_html
     from nccldoctor.views.junit import render_junit
 
-    try:
-        loaded = [(str(path), load_document_report(path)) for path in reports]
-    except ReportError as exc:
-        raise abort(str(exc)) from None
-    result = loaded[0][1] if len(loaded) == 1 else merge_reports(loaded)
     if output:
         _write(output, render_html(result))
     if junit:

@@ -217,7 +217,7 @@ _RAISED_BY = {
     "run": ("the cluster run", "nccldoctor check --master ADDR --nodes N"),
     "logs": ("the NCCL log reader", "nccldoctor explain LOG..."),
     "watch": ("the job watcher", "nccldoctor watch -- <your launch command>"),
-    "report": ("the report merge", "nccldoctor report RUN.json... -o report.html"),
+    "report": ("the report merge", "nccldoctor report merge NODE.json... -o report.html"),
 }
 
 

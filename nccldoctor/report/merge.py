@@ -3,8 +3,9 @@
 Every node writes its own report (DESIGN.md, gather), so the cluster picture can be rebuilt from
 whichever reports survived: nodes are united, findings deduplicated by (id, node, rank, title),
 phases and ranks concatenated (first report wins on a duplicate), the verdict recomputed, and a
-``report.merged`` finding says which nodes' reports were merged and which are missing. One pass
-over the inputs with dicts keyed by identity: linear in the number of nodes.
+``report.merged`` finding says which nodes' reports were merged and which are missing. A report
+missing makes the merged one incomplete: nothing vouches for that node. One pass over the inputs
+with dicts keyed by identity: linear in the number of nodes.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def merge_reports(reports: Sequence[tuple[str, Report]]) -> Report:
         nodes=list(nodes.values()),
         findings=[*findings.values(), merged_finding(sources, missing)],
         command=first.command,
-        completed=all(report.completed for _, report in reports),
+        completed=all(report.completed for _, report in reports) and not missing,
         area_status=area_status,
         extra=extra,
     )
@@ -108,7 +109,7 @@ def merged_finding(sources: dict[str, str], missing: list[str]) -> Finding:
         + [f"{node}: missing" for node in missing],
         fix=(
             "Every node writes its own report; copy the missing nodes' report files here and run\n"
-            "nccldoctor report <every node's report.json> -o report.html"
+            "nccldoctor report merge <every node's report.json> -o report.html"
         )
         if missing
         else "",

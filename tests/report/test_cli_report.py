@@ -157,3 +157,28 @@ def test_wheel_ships_the_templates_and_renders_from_them(tmp_path: Path, built_w
     )
     assert out.returncode == 1, out.stderr
     assert "NCCL_SOCKET_IFNAME=ib0 names no interface" in html.read_text()
+
+
+def test_merge_subcommand_names_the_missing_node_and_claims_no_health(tmp_path: Path) -> None:
+    full = json.loads((REPORTS / "healthy-check.json").read_text())
+    path = tmp_path / "node-b.json"
+    path.write_text(json.dumps(per_node(full, "node-b")))
+    html = tmp_path / "cluster.html"
+    result = runner.invoke(app, ["report", "merge", str(path), "--json", "-o", str(html)])
+    assert result.exit_code == 3, result.output
+    doc = assert_valid_report(json.loads(result.stdout))
+    assert doc["verdict"] == "incomplete" and doc["cluster"]["missing_nodes"] == ["node-a"]
+    assert doc["findings"][-1]["title"] == (
+        "cluster report merged from the reports of 1 node (node-b); no report from node-a"
+    )
+    assert "no report from node-a" in html.read_text()
+    shown = runner.invoke(app, ["report", "merge", str(path)])
+    assert shown.exit_code == 3 and not shown.stdout.startswith("Healthy")
+
+
+def test_show_is_the_default_and_merge_needs_a_report() -> None:
+    explicit = runner.invoke(app, ["report", "show", str(REPORTS / "explain.json"), "--json"])
+    default = runner.invoke(app, ["report", str(REPORTS / "explain.json"), "--json"])
+    assert explicit.exit_code == default.exit_code == 0 and explicit.stdout == default.stdout
+    assert runner.invoke(app, ["report", "merge"]).exit_code == 2
+    assert "merge" in runner.invoke(app, ["report", "--help"]).stdout

@@ -46,7 +46,7 @@ def test_merge_two_nodes_of_the_failed_run() -> None:
     }
 
 
-def test_missing_node_is_named_and_warns() -> None:
+def test_missing_node_is_named_and_the_merge_is_incomplete() -> None:
     full = fixture_document("healthy-check")
     merged = merge_reports([("/r/a.json", report_from_document(per_node(full, "node-a")))])
     doc = assert_valid_report(merged)
@@ -54,7 +54,7 @@ def test_missing_node_is_named_and_warns() -> None:
     note = doc["findings"][-1]
     assert note["severity"] == "warn" and note["title"].endswith("; no report from node-b")
     assert note["evidence"] == ["node-a: /r/a.json", "node-b: missing"]
-    assert doc["verdict"] == "warnings"
+    assert doc["verdict"] == "incomplete" and doc["exit_code"] == 3  # node-b: nobody vouches
 
 
 def test_hang_stuck_ranks_are_united_and_incomplete_stays_incomplete() -> None:
