@@ -409,12 +409,18 @@ class NodeAgent:
         return bool(gpu and gpu.devices and gpu.torch.cuda_build is not None)
 
     def _finish(self) -> tuple[Report, Path]:
+        store = self.store if self.keys and self.run.node_rank is not None else None
+        if (
+            store is not None
+            and not self.run.is_master
+            and gather.master_lost(self.run, self.config)
+        ):
+            store = None  # a dead master's store would only make the publish wait
         report = build_node_report(
             self.run, self.config, self.command, time.monotonic() - self.started
         )
         path = write_report(report, self.config.out / f"check-{self.run.node}.json")
         self.progress(f"node report: {path}")
-        store = self.store if self.keys and self.run.node_rank is not None else None
         if not self.run.is_master:
             if store is not None:
                 gather.publish(store, self.keys, self.run.node_rank, report, path)

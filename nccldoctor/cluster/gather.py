@@ -12,8 +12,10 @@ from typing import Any
 
 from nccldoctor.cluster import merge, rendezvous
 from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.findings import master_lost_findings
 from nccldoctor.cluster.gate import GateServer
 from nccldoctor.cluster.noderun import NodeRun
+from nccldoctor.cluster.reach import still_listening
 from nccldoctor.report import Report
 
 
@@ -23,6 +25,24 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
     doc["report_path"] = str(path)
     with contextlib.suppress(Exception):
         store.set(keys.result(node_rank), json.dumps(doc))
+
+
+def master_lost(run: NodeRun, config: CheckConfig) -> bool:
+    """Before handing its report over, does the master's store still answer? If not, the master
+    died (or its network did): say so in this node's report, the one that remains."""
+    if run.world is None:
+        return False
+    address = ((run.reach or {}).get("addresses") or [config.master])[0]
+    error = still_listening(address, config.port)
+    if error is None:
+        return False
+    master = next((n.name for n in run.world.nodes if n.node_rank == 0), config.master)
+    phase = next((p["phase"] for p in reversed(run.phases) if p["rank"] is None), "?")
+    run.findings += master_lost_findings(
+        run.node, master, address, config.port, error, phase, run.ranks
+    )
+    run.lost.append(f"the master {master} (node rank 0) was lost during the {phase} phase")
+    return True
 
 
 def cluster_report(

@@ -81,7 +81,7 @@ def merge(
             for f in doc.get("findings", [])
             if f.get("id") not in _RANK_VERDICT_IDS
         ]
-        + verdict.rank_findings(ranks)
+        + verdict.rank_findings(ranks, lost_sentences)
         + [_lost_finding(names.get(r, str(r)), r, phase) for r, phase in sorted(lost.items())]
         + (rendezvous_findings(world, hellos, port) if world else [])
         + skew_findings(entries)

@@ -37,6 +37,7 @@ class NodeRun:
     workers_started: bool = False
     cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
     aborted: str | None = None
+    lost: list[str] = field(default_factory=list)  # sentences: nodes this one outlived
 
 
 def build_node_report(
@@ -47,7 +48,7 @@ def build_node_report(
     backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
     if backend == "gloo":
         findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
-    findings += verdict.worker_findings(run.ranks, run.worker_results)
+    findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
     if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
@@ -82,7 +83,7 @@ def build_node_report(
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
             "ranks": run.ranks,
-            "hang": verdict.hang_section(run.ranks),
+            "hang": verdict.hang_section(run.ranks, run.lost),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
             "cluster": merge.cluster_section(config.master, world, {}),

@@ -123,6 +123,17 @@ def connect(result: ReachResult, port: int, deadline: float, retry_s: float = 0.
     return result
 
 
+def still_listening(address: str, port: int, timeout_s: float = 2.0) -> str | None:
+    """One TCP connect to ``address:port``: None when something answers, else the error."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return None
+    except TimeoutError:
+        return f"connect to {address}:{port} timed out after {timeout_s:.0f} s"
+    except OSError as exc:
+        return f"connect to {address}:{port}: {exc.strerror or exc}"
+
+
 def local_interfaces() -> dict[str, list[str]]:
     """Every local interface with its IPv4 addresses (empty list: none)."""
     import psutil

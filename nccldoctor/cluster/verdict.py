@@ -92,7 +92,9 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
     ordered = culprits(ranks)
     if not ordered and not lost:
         return None
-    sentences = [_sentence(r, i == 0) for i, r in enumerate(ordered)] + list(lost)
+    lost_first = _lost_is_cause(ordered, lost)
+    said = [_sentence(r, i == 0 and not lost_first) for i, r in enumerate(ordered)]
+    sentences = [*lost, *said] if lost_first else [*said, *lost]
     return {
         "phase": ordered[0]["phase_reached"] if ordered else None,
         "stuck": [
@@ -107,6 +109,15 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
         ],
         "verdict": "; ".join(sentences) + ".",
     }
+
+
+def _lost_is_cause(ordered: list[dict[str, Any]], lost: Sequence[str]) -> bool:
+    """A lost node is the cause when every rank that ended badly only lost its peer."""
+    return bool(lost) and all(
+        r["state"] != "stuck"
+        and categorize(_first_line(r["error"], r["phase_reached"])) == "remote_peer_closed"
+        for r in ordered
+    )
 
 
 def _sentence(r: dict[str, Any], cause: bool) -> str:
@@ -126,14 +137,19 @@ def _sentence(r: dict[str, Any], cause: bool) -> str:
     return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
 
 
-def worker_findings(ranks: list[dict[str, Any]], results: dict[int, dict]) -> list[Finding]:
-    """The cause as a failing finding, the consequences as warnings, wrong results as failures."""
-    return rank_findings(ranks) + result_findings(results)
+def worker_findings(
+    ranks: list[dict[str, Any]], results: dict[int, dict], lost: Sequence[str] = ()
+) -> list[Finding]:
+    """The cause as a failing finding, the consequences as warnings, wrong results as failures;
+    with ``lost`` nodes (sentences) that explain every rank's end, all ranks are consequences."""
+    return rank_findings(ranks, lost) + result_findings(results)
 
 
-def rank_findings(ranks: list[dict[str, Any]]) -> list[Finding]:
+def rank_findings(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> list[Finding]:
     findings = []
-    for i, r in enumerate(culprits(ranks)):
+    ordered = culprits(ranks)
+    first = 0 if not _lost_is_cause(ordered, lost) else None  # the cause among the ranks
+    for i, r in enumerate(ordered):
         category = "collective_timeout_hang" if r["state"] == "stuck" else categorize(r["error"])
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
@@ -146,8 +162,8 @@ def rank_findings(ranks: list[dict[str, Any]]) -> list[Finding]:
             Finding(
                 id="run.rank-stuck" if r["state"] == "stuck" else "run.rank-failed",
                 category=category,
-                severity=Severity.FAIL if i == 0 else Severity.WARN,
-                title=_sentence(r, i == 0),
+                severity=Severity.FAIL if i == first else Severity.WARN,
+                title=_sentence(r, i == first),
                 evidence=evidence,
                 fix=_FIXES.get(category, _FIXES["other"]),
                 area="run",

@@ -7,8 +7,15 @@ every surviving node.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
+from tests.cluster.netns import REPO
 from tests.cluster.test_check_netns import (
     FAST,
     HEALTHY_DEADLINE,
@@ -104,3 +111,61 @@ def test_master_name_on_127_0_1_1(lab):
     assert differs["evidence"] == ["127.0.1.1: node0", f"{node0.address}: node1"]
     verdict = cluster["hang"]["verdict"]  # the master's rank waits for a peer sent to loopback
     assert verdict.startswith("rank 0 on node node0 ") and "remote=[127.0.0.1]" in verdict
+
+
+def test_master_dies_after_rendezvous(lab):
+    lab = lab(3)
+    # rank 0 holds the DDP step open, so the others wait on it when the master dies
+    runs = start_all(lab, 3, env_for={"node0": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=0"}})
+    wait_for_phase(lab_out(lab, lab.hosts[1]) / "node1", "ddp", runs)  # node ranks come by arrival
+    lab.kill_host(lab.hosts[0])
+    killed_at = time.monotonic()
+    survivors = runs[1:]
+    lab.wait(survivors, WAIT + 60)
+    master, address = lab.hosts[0].name, lab.hosts[0].address
+    for run in survivors:
+        assert run.rc == 1, run.stderr[-3000:]
+        assert run.ended - killed_at < WAIT  # a closed peer is seen at once; no barrier waits
+        node = run.node_report()
+        assert node["kind"] == "check" and node["timeouts"]["reach"] == WAIT
+        (lost,) = found(node, "run.master-lost")
+        assert (lost["severity"], lost["category"], lost["node"]) == ("fail", "remote_peer_closed",
+                                                                      master)  # fmt: skip
+        assert lost["title"].startswith(f"the master {master} ({address}) was lost during node "
+                                        f"{run.host.name}'s workers phase")  # fmt: skip
+        assert lost["evidence"][0] == f"store: connect to {address}:{PORT}: Connection refused"
+        peer = lost["evidence"][1]  # the rank's own error, at the master's address
+        assert f"[{address}]" in peer and ("closed by peer" in peer or "reset by peer" in peer)
+        assert "nccldoctor report merge" in lost["fix"]
+        assert node["hang"]["verdict"].startswith(f"the master {master} (node rank 0) was lost")
+        assert [f["severity"] for f in found(node, "run.rank-failed")] == ["warn"]  # consequence
+    paths = [str(run.out / f"check-{run.host.name}.json") for run in survivors]
+    merged = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "report", "merge", *paths, "--json"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert merged.returncode == 3, merged.stderr
+    doc = json.loads(merged.stdout)
+    assert doc["verdict"] == "incomplete" and doc["completed"] is False
+    assert doc["cluster"]["missing_nodes"] == [master]
+    assert {n["node"] for n in doc["nodes"]} == {"node1", "node2"}
+    assert sorted(r["rank"] for r in doc["ranks"]) == [1, 2]
+    note = doc["findings"][-1]
+    assert note["id"] == "report.merged" and note["title"].endswith(f"; no report from {master}")
+    assert {f["title"].split("'s")[0] for f in found(doc, "run.master-lost")} == {
+        f"the master {master} ({address}) was lost during node node1",
+        f"the master {master} ({address}) was lost during node node2",
+    }
+
+
+def wait_for_phase(node_dir, phase, runs):
+    """Until a rank of the node in ``node_dir`` starts ``phase`` (every run still going)."""
+    deadline = time.monotonic() + HEALTHY_DEADLINE
+    started = f'"phase": "{phase}", "status": "start"'
+    while time.monotonic() < deadline and all(run.proc.poll() is None for run in runs):
+        if any(started in e.read_text() for e in node_dir.glob("rank*/events.jsonl")):
+            return
+        time.sleep(0.3)
+    ended = [run for run in runs if run.proc.poll() is not None]
+    detail = ended[0].proc.communicate()[1][-3000:] if ended else "all still running"
+    pytest.fail(f"{node_dir.name} never reached {phase}: {detail}")
