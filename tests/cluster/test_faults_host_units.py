@@ -1,14 +1,16 @@
 """The pure parts of the host faults: the lab's namespace wrapper, the master's name on loopback,
-the master's address compared across nodes, local ranks in the facts."""
+the master's address compared across nodes, local ranks in the facts, a lost master."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from checks import get_check
-from nccldoctor.cluster.findings import master_loopback_findings
+from nccldoctor.cluster.findings import master_loopback_findings, master_lost_findings
 from nccldoctor.cluster.netlab import isolated
-from nccldoctor.cluster.reach import ReachResult, locate
+from nccldoctor.cluster.reach import ReachResult, locate, still_listening
+from nccldoctor.cluster.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
@@ -93,3 +95,59 @@ def test_local_ranks_from_the_caller_or_the_launcher(tmp_path: Path):
     assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "4"}).local_ranks == 4
     assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "x"}).local_ranks is None
     assert collect_node_facts(tmp_path, {"LOCAL_WORLD_SIZE": "0"}).local_ranks is None
+
+
+def rank(r, error, state="failed"):
+    return {"rank": r, "node": "node1", "state": state, "phase_reached": "ddp", "error": error,
+            "exit_code": 3, "stuck": None, "last_nccl_lines": [], "log_path": "/x/worker.log",
+            "ended_at": 5.0}  # fmt: skip
+
+
+CLOSED = "ddp: RuntimeError: [pair.cc:553] Connection closed by peer [198.18.5.1]:6025"
+LOST = "the master node0 (node rank 0) was lost during the workers phase"
+
+
+def test_a_lost_master_is_the_cause_when_the_ranks_only_lost_their_peer():
+    ranks = [rank(1, CLOSED)]
+    assert hang_section(ranks, [LOST])["verdict"] == (
+        f"{LOST}; rank 1 lost its peer in ddp (RuntimeError: [pair.cc:553] Connection closed by "
+        "peer [198.18.5.1]:6025)."
+    )
+    (consequence,) = rank_findings(ranks, [LOST])
+    assert consequence.severity is Severity.WARN and consequence.title.startswith("rank 1 lost")
+    (cause,) = rank_findings(ranks)
+    assert cause.severity is Severity.FAIL
+
+
+def test_a_rank_that_failed_on_its_own_stays_the_cause_beside_a_lost_node():
+    ranks = [rank(1, "ddp: ValueError: bad batch")]
+    assert hang_section(ranks, [LOST])["verdict"].startswith("rank 1 on node node1 failed in ddp")
+    assert [f.severity for f in rank_findings(ranks, [LOST])] == [Severity.FAIL]
+    stuck = [rank(1, "ddp: timed out", state="stuck")]
+    assert hang_section(stuck, [LOST])["verdict"].startswith("rank 1 on node node1 never finished")
+
+
+def test_master_lost_names_the_master_and_the_ranks_that_lost_it():
+    ranks = [rank(1, CLOSED), rank(2, "ddp: other peer [198.18.5.3]:1")]
+    (f,) = master_lost_findings("node1", "node0", "198.18.5.1", 29400,
+                                "connect to 198.18.5.1:29400: Connection refused", "workers",
+                                ranks)  # fmt: skip
+    assert (f.id, f.category, f.severity, f.node) == (
+        "run.master-lost", "remote_peer_closed", Severity.FAIL, "node0"
+    )  # fmt: skip
+    assert f.title.startswith("the master node0 (198.18.5.1) was lost during node node1's workers")
+    assert f.evidence == [
+        "store: connect to 198.18.5.1:29400: Connection refused",
+        "rank 1: ddp: RuntimeError: [pair.cc:553] Connection closed by peer [198.18.5.1]:6025",
+    ]
+    assert "nccldoctor report merge" in f.fix
+
+
+def test_still_listening_answers_none_or_the_error():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert still_listening("127.0.0.1", port) is None
+    error = still_listening("127.0.0.1", port)
+    assert error == f"connect to 127.0.0.1:{port}: Connection refused"
