@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -10,9 +9,8 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_json, print_report, stdout
 from nccldoctor.report.answer import BANNERS, answer, banner
-from nccldoctor.views.terminal import render_terminal
 
 
 def report(
@@ -54,11 +52,11 @@ def report(
     if junit:
         _write(junit, render_junit(result))
     if json_out:
-        stdout.out(json.dumps(result.to_dict(), indent=1))
+        print_json(result.to_dict())
     else:
         document = result.to_dict()
         stdout.print(f"{BANNERS[banner(document)]}: {answer(document)}\n")
-        stdout.print(render_terminal(result, verbose=verbose, unicode=supports_unicode()))
+        print_report(result, verbose)
     raise typer.Exit(result.exit_code)
 
 
