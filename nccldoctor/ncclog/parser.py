@@ -166,6 +166,13 @@ class SourceParser:
             result.call_lines += n_call
             return set(per_comm)
         others = n_lines - n_known - n_call
+        if not per_comm and end - start > SPLIT_BYTES:
+            # No communicator met yet (a file's first block): parse up to its first collective,
+            # which introduces the communicator, and count the rest with its needle.
+            at = data.find(COLL_NEEDLE, start, end)
+            cut = data.find(b"\n", at, end) + 1 if at >= 0 else -1
+            if start < cut < end:
+                return self._region(data, start, cut) | self._region(data, cut, end)
         if end - start > SPLIT_BYTES and others * SPARSE < n_lines:  # a few: find them by halving
             mid = data.find(b"\n", (start + end) // 2, end) + 1
             if start < mid < end:
