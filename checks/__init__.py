@@ -101,9 +101,14 @@ def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callab
     return register
 
 
+# Modules of this package that hold no checks: the log-signature catalogue is data for the parser.
+_NOT_CHECKS = frozenset({"signatures"})
+
+
 def _load_all() -> None:
     for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+        if module.name not in _NOT_CHECKS:
+            importlib.import_module(f"{__name__}.{module.name}")
 
 
 def all_checks(scope: Scope | None = None) -> list[Check]:

@@ -36,11 +36,17 @@ NOFILE_WARN = 4096
 _DOCKER_LIKE = ("docker", "podman", "containerd", "container")
 
 
+def on_bridge_network(facts: NodeFacts) -> bool:
+    """A container on a bridge network, in a multi-node job."""
+    c = facts.container
+    return c.runtime in _DOCKER_LIKE and c.network_mode == "bridge" and facts.multi_node
+
+
 @check("container.bridge-network", area="container", category="docker_network")
 def bridge_network(facts: NodeFacts) -> Problem | None:
     """A container on a bridge network in a multi-node job: peers cannot reach its address."""
     c = facts.container
-    if c.runtime not in _DOCKER_LIKE or c.network_mode != "bridge" or not facts.multi_node:
+    if not on_bridge_network(facts):
         return None
     return Problem(
         Severity.FAIL,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 
 from checks import Problem, check
+from checks.container import on_bridge_network
 from checks.netfacts import (
     describe,
     interface_named,
@@ -114,10 +115,11 @@ def master_no_route(facts: NodeFacts) -> Problem | None:
 
 @check("master.nat-bridge", area="network", category="docker_network")
 def master_nat_bridge(facts: NodeFacts) -> Problem | None:
-    """The master is reached from a Docker bridge address through a gateway (NAT)."""
+    """The master is reached from a Docker bridge address through a gateway (NAT), where the
+    container itself was not recognised (else container.bridge-network says it)."""
     net, route = facts.network, facts.network.route_to_master
-    if route is None or not route.gateway:
-        return None
+    if route is None or not route.gateway or on_bridge_network(facts):
+        return None  # (a recognised bridge container: container.bridge-network says it all)
     gateway = ipaddress.ip_address(route.gateway)
     source = ipaddress.ip_address(route.source) if route.source else None
     iface = interface_named(net, route.interface)

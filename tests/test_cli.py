@@ -41,3 +41,30 @@ def test_unknown_check_is_a_usage_error():
     result = runner.invoke(app, ["preflight", "--check", "no.such-check"])
     assert result.exit_code == 2
     assert "no check available by the name no.such-check" in result.output
+
+
+def _imported_by(*argv: str) -> set[str]:
+    """The modules a real `python -m nccldoctor ARGV` imports, from Python's -X importtime."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "nccldoctor", *argv],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}  # fmt: skip
+
+
+def test_preflight_json_imports_only_what_it_uses():
+    # preflight runs before every job on every node: the other commands' modules, torch and
+    # the terminal renderer stay out of a --json run.
+    modules = _imported_by("preflight", "--json")
+    assert "nccldoctor.cli.preflight" in modules
+    for heavy in ("torch", "pydantic", "rich.console", "nccldoctor.cluster.config",
+                  "nccldoctor.ncclog", "nccldoctor.cli.check", "checks.signatures"):  # fmt: skip
+        assert heavy not in modules, heavy
+
+
+def test_help_lists_every_command():
+    result = subprocess.run([sys.executable, "-m", "nccldoctor", "--help"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0
+    for command in ("preflight", "explain", "check", "demo", "watch", "report"):
+        assert command in result.stdout

@@ -1,28 +1,67 @@
-"""The `nccldoctor` typer application: global options and command registration."""
+"""The `nccldoctor` typer application: global options and command registration.
+
+Each command lives in its own module and is registered on demand: a run of `nccldoctor
+preflight` imports the preflight command only, not the cluster check's or the log parser's
+modules (preflight is meant to answer within a second on every node, before every job).
+`nccldoctor --help`, and the module attribute ``app`` used by tests and the docs, have them all.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
 from nccldoctor import __version__
-from nccldoctor.cli import check, demo, explain, preflight, watch
-from nccldoctor.cli import report as report_command
 
-app = typer.Typer(
-    name="nccldoctor",
-    help="Diagnose multi-node NCCL and PyTorch DDP: preflight, check, explain, watch, report.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.command("preflight")(preflight.preflight)
-app.command("explain")(explain.explain)
-app.command("check")(check.check)
-app.command("demo")(demo.demo)
-app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
-app.add_typer(report_command.app, name="report")
+
+def _preflight(app: typer.Typer) -> None:
+    from nccldoctor.cli import preflight
+
+    app.command("preflight")(preflight.preflight)
+
+
+def _explain(app: typer.Typer) -> None:
+    from nccldoctor.cli import explain
+
+    app.command("explain")(explain.explain)
+
+
+def _check(app: typer.Typer) -> None:
+    from nccldoctor.cli import check
+
+    app.command("check")(check.check)
+
+
+def _demo(app: typer.Typer) -> None:
+    from nccldoctor.cli import demo
+
+    app.command("demo")(demo.demo)
+
+
+def _watch(app: typer.Typer) -> None:
+    from nccldoctor.cli import watch
+
+    app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
+
+
+def _report(app: typer.Typer) -> None:
+    from nccldoctor.cli import report
+
+    app.add_typer(report.app, name="report")
+
+
+# In the order `--help` lists them.
+COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
+    "preflight": _preflight,
+    "explain": _explain,
+    "check": _check,
+    "demo": _demo,
+    "watch": _watch,
+    "report": _report,
+}
 
 
 def _version(value: bool) -> None:
@@ -31,7 +70,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def root(
     version: Annotated[
         bool | None,
@@ -41,5 +79,34 @@ def root(
     """nccldoctor: diagnose multi-node NCCL and PyTorch DDP."""
 
 
+def build_app(commands: list[str] | None = None) -> typer.Typer:
+    """The application with ``commands`` registered (all of them when None)."""
+    app = typer.Typer(
+        name="nccldoctor",
+        help="Diagnose multi-node NCCL and PyTorch DDP: preflight, check, explain, watch, report.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(root)
+    for name in commands or COMMANDS:
+        COMMANDS[name](app)
+    return app
+
+
+def _invoked(argv: list[str]) -> list[str] | None:
+    """The command named on the command line, when it is the first word after the global
+    options; anything else (no command, `--help`, a typo) gets the full application."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return [first] if first in COMMANDS else None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # built on first use, with every command
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main() -> None:
-    app()
+    build_app(_invoked(sys.argv[1:]))(prog_name="nccldoctor")

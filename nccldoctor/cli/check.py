@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -10,10 +9,9 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, stderr, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_json, print_report, stderr, stdout
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
 from nccldoctor.report import Report
-from nccldoctor.views.terminal import render_terminal
 
 
 def check(
@@ -125,9 +123,9 @@ def check(
     command = redact_token(["nccldoctor", *sys.argv[1:]])
     report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
     if json_out:
-        stdout.out(json.dumps(report.to_dict(), indent=1))
+        print_json(report.to_dict())
     else:
-        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+        print_report(report, verbose)
         stdout.print(verdict_line(report))
         stdout.print(f"Report: {path}")
     raise typer.Exit(report.exit_code)

@@ -1,20 +1,51 @@
-"""The one place that owns rich: report output to stdout, chatter to stderr."""
+"""The one place that owns rich: report output to stdout, chatter to stderr, JSON straight out."""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import typer
-from rich.console import Console
+
+
+class _LazyConsole:
+    """A rich Console made on first use: a ``--json`` run never imports rich's console, which
+    costs tens of milliseconds of every `nccldoctor preflight`."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
 
 # markup/highlight/emoji off: NCCL lines are full of brackets and must print verbatim.
-stdout = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
-stderr = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
+stdout = _LazyConsole(markup=False, highlight=False, emoji=False, soft_wrap=True)
+stderr = _LazyConsole(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def supports_unicode() -> bool:
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
     return encoding in ("utf8", "utf_8")
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """The document as JSON on stdout, verbatim (no wrapping, no styling)."""
+    sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    sys.stdout.flush()
+
+
+def print_report(report: Any, verbose: bool = False) -> None:
+    """The report as the terminal view: a line per area, the fix under each problem."""
+    from nccldoctor.views.terminal import render_terminal
+
+    stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
 
 
 def abort(message: str, code: int = 2) -> typer.Exit:

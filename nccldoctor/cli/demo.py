@@ -9,9 +9,8 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.check import verdict_line
-from nccldoctor.cli.console import abort, stderr, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_report, stderr, stdout
 from nccldoctor.cluster.timeouts import TimeoutsError, timeouts_from
-from nccldoctor.views.terminal import render_terminal
 
 
 def demo(
@@ -52,7 +51,7 @@ def demo(
             f"The check left no cluster report; node logs: {', '.join(map(str, result.node_logs))}"
         )
         raise typer.Exit(3)
-    stdout.print(render_terminal(result.report, verbose=verbose, unicode=supports_unicode()))
+    print_report(result.report, verbose)
     stdout.print(verdict_line(result.report))
     stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
     raise typer.Exit(result.exit_code)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_json, print_report, stdout
 from nccldoctor.report import Report
-from nccldoctor.views.terminal import render_terminal
 
 
 def explain(
@@ -53,11 +51,11 @@ def explain(
         html.write_text(render_html(report), encoding="utf-8")
     if json_out:
         # the console's own file: a 64-rank document is large and needs no rich processing
-        stdout.file.write(json.dumps(report.to_dict(), indent=1) + "\n")
+        print_json(report.to_dict())
     else:
         stdout.print(extra["nccl"]["answer"])
         stdout.print()
-        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+        print_report(report, verbose)
     raise typer.Exit(report.exit_code)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -11,10 +10,9 @@ from typing import Annotated
 import typer
 
 from checks import all_checks
-from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_json, print_report, stdout
 from nccldoctor.preflight import run_preflight
 from nccldoctor.report import write_report
-from nccldoctor.views.terminal import render_terminal
 
 
 def preflight(
@@ -57,7 +55,7 @@ def preflight(
     if output:
         write_report(report, output)
     if json_out:
-        stdout.out(json.dumps(report.to_dict(), indent=1))
+        print_json(report.to_dict())
     else:
-        stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+        print_report(report, verbose)
     raise typer.Exit(report.exit_code)

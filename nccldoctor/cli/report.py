@@ -3,7 +3,6 @@ into a cluster report when the master's was lost."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -12,10 +11,9 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from nccldoctor.cli.console import abort, stdout, supports_unicode
+from nccldoctor.cli.console import abort, print_json, print_report, stdout
 from nccldoctor.report.answer import BANNERS, answer, banner
 from nccldoctor.report.document import Report
-from nccldoctor.views.terminal import render_terminal
 
 
 class _ShowByDefault(TyperGroup):
@@ -111,11 +109,11 @@ def _render(
     if junit:
         _write(junit, render_junit(result))
     if json_out:
-        stdout.out(json.dumps(result.to_dict(), indent=1))
+        print_json(result.to_dict())
     else:
         document = result.to_dict()
         stdout.print(f"{BANNERS[banner(document)]}: {answer(document)}\n")
-        stdout.print(render_terminal(result, verbose=verbose, unicode=supports_unicode()))
+        print_report(result, verbose)
     raise typer.Exit(result.exit_code)
 
 

@@ -166,13 +166,20 @@ class SourceParser:
             result.call_lines += n_call
             return set(per_comm)
         others = n_lines - n_known - n_call
+        if not per_comm and end - start > SPLIT_BYTES:
+            # No communicator met yet (a file's first block): parse up to its first collective,
+            # which introduces the communicator, and count the rest with its needle.
+            at = data.find(COLL_NEEDLE, start, end)
+            cut = data.find(b"\n", at, end) + 1 if at >= 0 else -1
+            if start < cut < end:
+                return self._region(data, start, cut) | self._region(data, cut, end)
         if end - start > SPLIT_BYTES and others * SPARSE < n_lines:  # a few: find them by halving
             mid = data.find(b"\n", (start + end) // 2, end) + 1
             if start < mid < end:
                 return self._region(data, start, mid) | self._region(data, mid, end)
         result.lines += n_lines
         text = data[start:end]
-        if not self._calls and CALL_NEEDLE in text:
+        if not self._calls and text.find(CALL_NEEDLE) >= 0:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
             n_call = text.count(CALL_NEEDLE)
         n_coll = self._lines(text, n_call)
@@ -188,7 +195,9 @@ class SourceParser:
         """Parse every line but collective and CALL lines; return how many collectives it held."""
         lines = text.split(b"\n")
         lines.pop()  # regions end with a newline
-        rest = [line for line in lines if COLL_NEEDLE not in line and CALL_NEEDLE not in line]
+        # find(), not ``in``: CPython's bytes ``in`` first tries the needle as an int and formats
+        # a TypeError for every line before it searches (bytes_methods.c, _Py_bytes_contains)
+        rest = [line for line in lines if line.find(COLL_NEEDLE) < 0 and line.find(CALL_NEEDLE) < 0]
         n_coll = len(lines) - len(rest) - n_call
         result = self.result
         result.coll_lines += n_coll
@@ -230,7 +239,7 @@ class SourceParser:
         for _ in range(32):
             first = max(start, data.rfind(b"\n", start, stop) + 1)
             raw = data[first:stop]
-            if b" NCCL " in raw:
+            if raw.find(b" NCCL ") >= 0:
                 text = raw.decode("utf-8", "replace").rstrip("\r")
                 env = parse_line(text)
                 if env is not None:
