@@ -85,10 +85,18 @@ def master_loopback(facts: NodeFacts) -> Problem | None:
         return None
     if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.master_addresses):
         return None
+    addresses = ", ".join(net.master_addresses)
+    named = net.master not in ("localhost", *net.master_addresses)  # a name, not loopback itself
+    title = (
+        f"the master {net.master} resolves to {addresses} (loopback) on this node: it advertises "
+        "loopback, and nodes that resolve it the same way cannot reach it"
+        if named
+        else f"the master {net.master} is a loopback address: other nodes cannot reach it"
+    )
     return Problem(
         Severity.FAIL,
-        f"the master {net.master} is a loopback address: other nodes cannot reach it",
-        evidence=[f"{net.master} -> {', '.join(net.master_addresses)}"],
+        title,
+        evidence=[f"{net.master} -> {addresses}"],
         fix="export MASTER_ADDR=<the master's routable IP>  # the same value on every node",
     )
 

@@ -137,6 +137,10 @@ def test_master_loopback():
     single = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}
     assert not findings("master.loopback", host_facts(IB, single, "127.0.0.1"))
     assert not findings("master.loopback", host_facts(IB, {}, MASTER))
+    # by name, on the node whose /etc/hosts maps it to 127.0.1.1: the others may resolve it well
+    named = _one("master.loopback", host_facts("hosts-loopback", {}, "trainer-02"))
+    assert named.title.startswith("the master trainer-02 resolves to 127.0.1.1 (loopback) on this")
+    assert hit.title == "the master localhost is a loopback address: other nodes cannot reach it"
 
 
 def test_master_no_route(tmp_path: Path):

@@ -99,6 +99,12 @@ def test_master_name_on_127_0_1_1(lab):
     assert f"{name} -> 127.0.1.1 on node node0 (/etc/hosts: 127.0.1.1 {name})" in loop["evidence"]
     assert f"replace '127.0.1.1 {name}' with:\n{node0.address} {name}" in loop["fix"]
     assert f"--master {node0.address}" in loop["fix"]
+    # preflight saw it first: the hostname's line, and the master's name, both on loopback here
+    (hostname,) = found(master, "host.hostname-loopback")
+    assert f"/etc/hosts: 127.0.1.1 {name}" in hostname["evidence"]
+    assert f"\n{node0.address} {name}\n" in hostname["fix"]
+    (preflight,) = found(master, "master.loopback")
+    assert preflight["title"].startswith(f"the master {name} resolves to 127.0.1.1 (loopback)")
     # what really goes wrong: node1 resolves the name right, joins, and its rank is sent to
     # the master's loopback address, which on node1 is its own
     node1 = runs[1].node_report()
