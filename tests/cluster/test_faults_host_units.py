@@ -7,9 +7,13 @@ import socket
 from pathlib import Path
 
 from checks import get_check
+from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import master_loopback_findings, master_lost_findings
+from nccldoctor.cluster.gather import master_lost
 from nccldoctor.cluster.netlab import isolated
+from nccldoctor.cluster.noderun import NodeRun
 from nccldoctor.cluster.reach import ReachResult, locate, still_listening
+from nccldoctor.cluster.rendezvous import World, WorldNode
 from nccldoctor.cluster.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
@@ -151,3 +155,21 @@ def test_still_listening_answers_none_or_the_error():
         assert still_listening("127.0.0.1", port) is None
     error = still_listening("127.0.0.1", port)
     assert error == f"connect to 127.0.0.1:{port}: Connection refused"
+
+
+def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report():
+    with socket.socket() as server:  # a port nobody listens on once closed
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+    world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
+                                WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
+                  expected=2)  # fmt: skip
+    run = NodeRun("node1", world=world, reach={"addresses": ["127.0.0.1"]},
+                  phases=[{"phase": "workers", "rank": None}], ranks=[])  # fmt: skip
+    assert master_lost(run, CheckConfig("head-name", port=port)) is True
+    assert [f.id for f in run.findings] == ["run.master-lost"]
+    assert run.findings[0].node == "head" and "during node node1's workers phase" in (
+        run.findings[0].title
+    )
+    assert run.lost == ["the master head (node rank 0) was lost during the workers phase"]
+    assert master_lost(NodeRun("n"), CheckConfig("head-name", port=port)) is False  # no world
