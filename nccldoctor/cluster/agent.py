@@ -21,7 +21,12 @@ from typing import Any
 
 from nccldoctor.cluster import gate, gather, launcher, rendezvous, results, watchdog
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import hello_findings, interface_findings, reach_findings
+from nccldoctor.cluster.findings import (
+    hello_findings,
+    interface_findings,
+    port_findings,
+    reach_findings,
+)
 from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.facts import to_dict
@@ -118,6 +123,7 @@ class NodeAgent:
         self._rendezvous()
         self._bootstrap()
         self._tcp()
+        self._ports()
         self._workers()
 
     @contextlib.contextmanager
@@ -214,6 +220,7 @@ class NodeAgent:
             "skew_s": reply.skew_s,
             "rtt_s": reply.rtt_s,
             "error": reply.error,
+            "probe_port": reply.probe_port,
         }
         self._hello_found = hello_findings(reply, advertised, run.node, f"{address}:{c.gate_port}")
         if reply.refused:
@@ -343,6 +350,22 @@ class NodeAgent:
             row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error
             if gbps is None:
                 row["status"] = "fail"
+
+    def _ports(self) -> None:
+        """Connections to ephemeral ports both ways, before gloo/NCCL need them (F02)."""
+        c, run = self.config, self.run
+        with self.phase("ports") as row:
+            probe_port = (run.hello or {}).get("probe_port")
+            if run.is_master or not probe_port:
+                row["status"], row["detail"] = "skipped", "the master listens"
+                return
+            probe = gate.probe_ports(run.reach["addresses"][0], c.gate_port, probe_port, run.node,
+                                     c.token, c.timeouts.port_probe)  # fmt: skip
+            run.port_probe = asdict(probe)
+            found = port_findings(probe, run.node, run.facts)
+            run.findings.extend(found)
+            row["detail"] = found[0].title if found else f"{probe.to_master} and back: ok"
+            row["status"] = "fail" if found else "ok"
 
     def _workers(self) -> None:
         c, run, world = self.config, self.run, self.run.world

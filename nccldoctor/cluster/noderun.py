@@ -31,6 +31,7 @@ class NodeRun:
     node_rank: int | None = None
     bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
+    port_probe: dict[str, Any] | None = None  # gate.PortProbe, as a dict
     ranks: list[dict[str, Any]] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
     worker_results: dict[int, dict] = field(default_factory=dict)
@@ -97,6 +98,7 @@ def build_node_report(
                 "reach": run.reach,
                 "hello": run.hello,
                 "bootstrap": run.bootstrap,
+                "port_probe": run.port_probe,
                 "elapsed_s": round(elapsed_s, 3),
             },
         },
