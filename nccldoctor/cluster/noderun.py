@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.cluster import merge, rendezvous, results, verdict
+from nccldoctor.cluster import causes, merge, rendezvous, results, verdict
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NodeFacts
@@ -64,6 +64,10 @@ def build_node_report(
                 node=run.node,
             )
         )
+    # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
+    cause = causes.judge(
+        [run.facts] if run.facts else [], run.ranks, {run.node: run.port_probe}, {}
+    )
     world = run.world
     status = dict(run.area_status)
     status["run"] = _run_status(run)
@@ -83,7 +87,7 @@ def build_node_report(
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
             "ranks": run.ranks,
-            "hang": verdict.hang_section(run.ranks),
+            "hang": verdict.hang_section(run.ranks, cause=cause.sentence if cause else None),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
             "cluster": merge.cluster_section(config.master, world, {}),
