@@ -108,26 +108,20 @@ def mtu_stall(
             + ", ".join(f"{n} {g:.2f} Gbit/s" for n, g in sorted(tcp_gbps.items()))
         )
     peer = _address(links[jumbo[1] if len(jumbo) > 1 else small[0]])
-    title = (
-        f"{phase} stalled at {size} B ({passed_text}): the MTU differs between nodes "
-        f"({groups}) and frames over {low} B are dropped on the path"
-    )
-    fix = (
-        f"Use one MTU end to end. Lower the jumbo nodes:\n"
-        f"ip link set dev {links[jumbo[0]].name} mtu {low}   # on {', '.join(jumbo)}\n"
-        f"or set {high} on {', '.join(small)} and on every switch port between the nodes.\n"
-        f"Check the path from {jumbo[0]}: ping -M do -s {high - 28} -c 1 {peer}  (must answer)"
-    )
     finding = Finding(
         "run.mtu-stall",
         "interface_selection",
         Severity.FAIL,
-        title,
+        f"{phase} stalled at {size} B ({passed_text}): the MTU differs between nodes "
+        f"({groups}) and frames over {low} B are dropped on the path",
         evidence,
-        fix,
+        f"Use one MTU end to end. Lower the jumbo nodes:\n"
+        f"ip link set dev {links[jumbo[0]].name} mtu {low}   # on {', '.join(jumbo)}\n"
+        f"or set {high} on {', '.join(small)} and on every switch port between the nodes.\n"
+        f"Check the path from {jumbo[0]}: ping -M do -s {high - 28} -c 1 {peer}  (must answer)",
         area="network",
     )
-    return Cause(title, [finding])
+    return Cause(finding.title, [finding])
 
 
 def _link(facts: NodeFacts) -> Interface | None:
