@@ -144,9 +144,9 @@ def port_findings(probe: PortProbe, node: str, facts: NodeFacts | None) -> list[
         if ok is not None
     ]
     evidence += [
-        "the rendezvous ports answered: reach, hello, store and TCP throughput all passed",
         f"ip_local_port_range on node {node}: {span.replace(':', '-')} (gloo's and NCCL's "
         "listeners take their ports from it; no NCCL_*/GLOO_* variable pins them)",
+        "the rendezvous ports answered: reach, hello, store and TCP throughput all passed",
     ]
     return [
         Finding(

@@ -20,6 +20,10 @@ from tests.cluster.test_check_netns import (
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
+# The phase that stalls ends at this deadline rather than WAIT: long enough for its healthy
+# part (the small sizes, the store connect) on a loaded machine, short for the wall time.
+STALL_S = 8
+
 
 def only(findings, id_):
     found = [f for f in findings if f["id"] == id_]
@@ -37,7 +41,7 @@ def test_mtu_black_hole_stalls_large_collectives(lab):
     lab = lab(3)
     for host in lab.hosts[1:]:
         host.set_mtu(9000)
-    runs = start_all(lab, 3)
+    runs = start_all(lab, 3, extra=["--phase-timeout", f"collective={STALL_S}"])
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1, 1], runs[0].stderr[-3000:]
     for run in runs:
@@ -79,7 +83,7 @@ def test_firewall_passes_rendezvous_drops_ephemeral_ports(lab):
         master.exec("iptables", "-A", "INPUT", *rule)
     ranges = {h.name: h.exec("cat", "/proc/sys/net/ipv4/ip_local_port_range").stdout.split()
               for h in lab.hosts}  # fmt: skip
-    runs = start_all(lab, 2)
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"init={STALL_S}"])
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
     for run in runs:
