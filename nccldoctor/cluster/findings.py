@@ -154,7 +154,7 @@ def port_findings(probe: PortProbe, node: str, facts: NodeFacts | None) -> list[
             "firewall_or_port",
             Severity.FAIL,
             f"connections to ephemeral ports on {where} are dropped while the rendezvous ports "
-            "pass: init_process_group and the first collective will hang",
+            "pass: gloo and NCCL connect to such ports (NCCL both ways) and hang there",
             evidence,
             f"# on {where}: allow TCP from the other nodes (gloo and NCCL use ephemeral ports, "
             "both ways)\n"

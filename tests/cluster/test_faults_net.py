@@ -71,16 +71,20 @@ def test_mtu_black_hole_stalls_large_collectives(lab):
     assert cluster["hang"]["verdict"].startswith(stall["title"] + ": rank ")
 
 
-def test_firewall_passes_rendezvous_drops_ephemeral_ports(lab):
-    # The master's firewall lets --port and the gate port (--port + 1) in, and replies to what
-    # it opened itself; every other new TCP connection is dropped, gloo's among them.
-    lab = lab(2)
-    master = lab.hosts[0]
+def rendezvous_only_firewall(host):
+    """``host`` lets --port and the gate port (--port + 1) in, and the replies to what it opened
+    itself; every other new TCP connection to it is dropped."""
     for rule in (["-i", "lo", "-j", "ACCEPT"],
                  ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
                  ["-p", "tcp", "--dport", f"{PORT}:{int(PORT) + 1}", "-j", "ACCEPT"],
                  ["-p", "tcp", "--syn", "-j", "DROP"]):  # fmt: skip
-        master.exec("iptables", "-A", "INPUT", *rule)
+        host.exec("iptables", "-A", "INPUT", *rule)
+
+
+def test_firewall_passes_rendezvous_drops_ephemeral_ports(lab):
+    lab = lab(2)
+    master = lab.hosts[0]
+    rendezvous_only_firewall(master)
     ranges = {h.name: h.exec("cat", "/proc/sys/net/ipv4/ip_local_port_range").stdout.split()
               for h in lab.hosts}  # fmt: skip
     runs = start_all(lab, 2, extra=["--phase-timeout", f"init={STALL_S}"])
@@ -116,3 +120,33 @@ def test_firewall_passes_rendezvous_drops_ephemeral_ports(lab):
         "ports pass".format(*ranges["node0"])
     )
     assert "never finished init_process_group" in cluster["hang"]["verdict"]
+
+
+def test_firewall_on_a_node_is_found_by_the_masters_dial_back(lab):
+    # The other way round: node1 drops new connections to its ephemeral ports. gloo's pair of
+    # two ranks is dialled by one side only, so the workers may even pass on gloo; NCCL's rings
+    # connect both ways and would not. The probe finds it either way.
+    lab = lab(2)
+    node1 = lab.hosts[1]
+    rendezvous_only_firewall(node1)
+    low, high = node1.exec("cat", "/proc/sys/net/ipv4/ip_local_port_range").stdout.split()
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"init={STALL_S}"])
+    lab.wait(runs, HEALTHY_DEADLINE + WAIT)
+    assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
+    assert_reports(runs)
+    probe = runs[1].node_report()["run"]["port_probe"]
+    assert probe["to_master_ok"] is True and probe["from_master_ok"] is False
+    assert probe["from_master"].startswith(f"{node1.address}:")
+    assert int(low) <= int(probe["from_master"].rsplit(":", 1)[1]) <= int(high)
+    cluster = runs[0].cluster_report()
+    blocked = only(cluster["findings"], "run.ephemeral-port-blocked")
+    assert blocked["title"].startswith("connections to ephemeral ports on node node1 are dropped")
+    assert blocked["evidence"][:2] == [
+        f"this node → {probe['to_master']}: connected",
+        f"the master → {probe['from_master']}: TimeoutError: timed out (deadline 3 s)",
+    ]
+    assert blocked["fix"].startswith("# on node node1: allow TCP from the other nodes")
+    hang = cluster["hang"]
+    assert hang is None or hang["verdict"].startswith(
+        f"connections to ephemeral ports on node node1 ({low}-{high}) are dropped"
+    )
