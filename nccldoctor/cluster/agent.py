@@ -1,10 +1,11 @@
 """The node agent: runs the phases of `nccldoctor check` on one node and always writes a report.
 
 Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → ports → workers → gather.
-Each has a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank 0, or the
-node owning ``--master``) also hosts the store and the gate, and after the exit barrier merges
-every node's report into the cluster report. Any way out — success, a failed phase, an error,
-SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and writes the report(s).
+Each has a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank
+0, or the node owning ``--master``) also hosts the store and the gate, and after the exit barrier
+merges every node's report into the cluster report. Any way out — success, a failed phase, an
+error, SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and writes the
+report(s).
 """
 
 from __future__ import annotations

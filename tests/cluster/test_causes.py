@@ -67,8 +67,10 @@ def test_mtu_stall_needs_differing_mtus_and_a_stall_above_the_smaller_one():
 
 
 def probe(to_ok=True, from_ok=True):
-    return gate.PortProbe("198.18.0.1:41000", to_ok, "" if to_ok else "TimeoutError: timed out",
-                          "198.18.0.2:52000", from_ok, "" if from_ok else "timed out", 3.0)  # fmt: skip
+    to_error = "" if to_ok else "TimeoutError: timed out"
+    from_error = "" if from_ok else "timed out"
+    return gate.PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
+                          from_error, 3.0)  # fmt: skip
 
 
 def test_port_findings_name_the_blocking_side_the_range_and_the_rule():
