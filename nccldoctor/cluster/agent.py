@@ -1,10 +1,11 @@
 """The node agent: runs the phases of `nccldoctor check` on one node and always writes a report.
 
-Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → workers → gather. Each has
-a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank 0, or the
-node owning ``--master``) also hosts the store and the gate, and after the exit barrier merges
-every node's report into the cluster report. Any way out — success, a failed phase, an error,
-SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and writes the report(s).
+Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → ports → workers → gather.
+Each has a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank
+0, or the node owning ``--master``) also hosts the store and the gate, and after the exit barrier
+merges every node's report into the cluster report. Any way out — success, a failed phase, an
+error, SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and writes the
+report(s).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from nccldoctor.cluster.findings import (
     hello_findings,
     interface_findings,
     master_loopback_findings,
+    port_findings,
     reach_findings,
 )
 from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
@@ -123,6 +125,7 @@ class NodeAgent:
         self._rendezvous()
         self._bootstrap()
         self._tcp()
+        self._ports()
         self._workers()
 
     @contextlib.contextmanager
@@ -226,6 +229,7 @@ class NodeAgent:
             "skew_s": reply.skew_s,
             "rtt_s": reply.rtt_s,
             "error": reply.error,
+            "probe_port": reply.probe_port,
         }
         self._hello_found = hello_findings(reply, advertised, run.node, f"{address}:{c.gate_port}")
         if reply.refused:
@@ -355,6 +359,22 @@ class NodeAgent:
             row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error
             if gbps is None:
                 row["status"] = "fail"
+
+    def _ports(self) -> None:
+        """Connections to ephemeral ports both ways, before gloo/NCCL need them (F02)."""
+        c, run = self.config, self.run
+        with self.phase("ports") as row:
+            probe_port = (run.hello or {}).get("probe_port")
+            if run.is_master or not probe_port:
+                row["status"], row["detail"] = "skipped", "the master listens"
+                return
+            probe = gate.probe_ports(run.reach["addresses"][0], c.gate_port, probe_port, run.node,
+                                     c.token, c.timeouts.port_probe)  # fmt: skip
+            run.port_probe = asdict(probe)
+            found = port_findings(probe, run.node, run.facts)
+            run.findings.extend(found)
+            row["detail"] = found[0].title if found else f"{probe.to_master} and back: ok"
+            row["status"] = "fail" if found else "ok"
 
     def _workers(self) -> None:
         c, run, world = self.config, self.run, self.run.world

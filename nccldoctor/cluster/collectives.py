@@ -196,6 +196,15 @@ def _checked_run(
     return inp, out, wrong
 
 
+# Told ("start", size) before a size's first collective and ("done", size) once every rank got
+# through it: a rank that stops in between knows the size it stalled at (see worker.py).
+SizeProgress = Callable[[str, int], None]
+
+
+def _no_progress(event: str, size: int) -> None:
+    return None
+
+
 def unsupported_reason(exc: BaseException) -> str | None:
     """The backend's own words when ``exc`` says a dtype is not supported, else None."""
     if isinstance(exc, (TypeError, RuntimeError)) and _UNSUPPORTED.search(str(exc)):
@@ -204,7 +213,12 @@ def unsupported_reason(exc: BaseException) -> str | None:
 
 
 def check_correctness(
-    coll: Collective, comm: Comm, dtypes: Sequence[str], counts: Sequence[int], corrupt: bool
+    coll: Collective,
+    comm: Comm,
+    dtypes: Sequence[str],
+    counts: Sequence[int],
+    corrupt: bool,
+    progress: SizeProgress = _no_progress,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Exact checks over dtypes x counts: (rows {dtype,count,ok,wrong}, skipped {dtype,reason})."""
     rows, skipped = [], []
@@ -214,6 +228,8 @@ def check_correctness(
             skipped.append({"dtype": dtype, "reason": reason})
             continue
         for count in counts:
+            size = coll.size_bytes(count, torch_dtype(dtype).itemsize, comm.world_size)
+            progress("start", size)
             try:
                 wrong = _checked_run(coll, comm, count, dtype, corrupt)[2]
             except (TypeError, RuntimeError) as exc:
@@ -223,6 +239,7 @@ def check_correctness(
                 skipped.append({"dtype": dtype, "reason": f"{comm.device.type}: {reason}"})
                 break
             total = int(comm.reduce([wrong], "sum")[0])
+            progress("done", size)
             rows.append({"dtype": dtype, "count": count, "ok": total == 0, "wrong": total})
     return rows, skipped
 
@@ -241,6 +258,7 @@ def sweep_bandwidth(
     budget_s: float,
     corrupt: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    progress: SizeProgress = _no_progress,
 ) -> Sweep:
     """nccl-tests' size sweep, smallest first, stopping before a size would pass the budget.
 
@@ -265,6 +283,8 @@ def sweep_bandwidth(
             if spent + predicted * (iters + WARMUP_ITERS) > budget_s:
                 not_run.extend(sizes[position:])
                 break
+        nbytes = coll.size_bytes(count, itemsize, n)
+        progress("start", nbytes)
         inp, out, wrong = _checked_run(coll, comm, count, dtype, corrupt)
         inp.zero_()  # the timed runs reduce zeros, so in-place sums never grow
         out.zero_()
@@ -275,7 +295,7 @@ def sweep_bandwidth(
         seconds = (clock() - began) / iters
         seconds, spent = comm.reduce([seconds, clock() - start], "max")
         total_wrong = int(comm.reduce([wrong], "sum")[0])
-        nbytes = coll.size_bytes(count, itemsize, n)
+        progress("done", nbytes)
         algbw = nbytes / 1e9 / seconds
         rows.append(
             {

@@ -11,9 +11,11 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping, Sequence
 
-from nccldoctor.cluster.gate import Hello, HelloReply
+from checks.netfacts import interface_named, master_interface
+from nccldoctor.cluster.gate import Hello, HelloReply, PortProbe
 from nccldoctor.cluster.reach import ReachResult
 from nccldoctor.cluster.rendezvous import NodeEntry, World
+from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Finding, Severity
 
 SKEW_WARN_S = 5.0
@@ -192,6 +194,57 @@ def master_lost_findings(
 def _last_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""
+
+
+def port_findings(probe: PortProbe, node: str, facts: NodeFacts | None) -> list[Finding]:
+    """An ephemeral port that cannot be reached while the rendezvous ports can: a firewall that
+    lets the store through and will hang gloo's/NCCL's connections (failures.md F02)."""
+    ways = [  # (the side whose INPUT drops it, the connection, connected, error)
+        ("the master", f"this node → {probe.to_master}", probe.to_master_ok, probe.to_master_error),
+        (f"node {node}", f"the master → {probe.from_master}", probe.from_master_ok,
+         probe.from_master_error),
+    ]  # fmt: skip
+    blocked = [w for w in ways if w[2] is False]
+    if not blocked:
+        return []
+    net = facts.network if facts else None
+    ports = net.ip_local_port_range if net else None
+    span = f"{ports[0]}:{ports[1]}" if ports else "32768:60999"
+    iface = interface_named(net, master_interface(net)) if net else None
+    subnet = (str(ipaddress.ip_interface(iface.ipv4[0]).network) if iface and iface.ipv4
+              else "<the nodes' subnet>")  # fmt: skip
+    where = " and ".join(side for side, *_ in blocked)
+    evidence = [
+        f"{how}: connected"
+        if ok
+        else f"{how}: {error or 'no answer'} (deadline {probe.timeout_s:g} s)"
+        for _, how, ok, error in ways
+        if ok is not None
+    ]
+    evidence += [
+        f"ip_local_port_range on node {node}: {span.replace(':', '-')} (gloo's and NCCL's "
+        "listeners take their ports from it; no NCCL_*/GLOO_* variable pins them)",
+        "the rendezvous ports answered: reach, hello, store and TCP throughput all passed",
+    ]
+    return [
+        Finding(
+            "run.ephemeral-port-blocked",
+            "firewall_or_port",
+            Severity.FAIL,
+            f"connections to ephemeral ports on {where} are dropped while the rendezvous ports "
+            "pass: gloo and NCCL connect to such ports (NCCL both ways) and hang there",
+            evidence,
+            f"# on {where}: allow TCP from the other nodes (gloo and NCCL use ephemeral ports, "
+            "both ways)\n"
+            f"iptables -I INPUT -p tcp -s {subnet} -j ACCEPT\n"
+            f"# or: ufw allow from {subnet} proto tcp   (cloud: allow all TCP between the nodes "
+            "in the security group)\n"
+            f"# or only the ephemeral range: iptables -I INPUT -p tcp -s {subnet} --dport {span} "
+            "-j ACCEPT",
+            area="network",
+            node=node,
+        )
+    ]
 
 
 def interface_findings(

@@ -1,17 +1,21 @@
 """nccldoctor's own small listener on the master, next to the store (``port + 1``).
 
-It answers three questions the TCPStore cannot: is the node holding the shared token (a node
+It answers four questions the TCPStore cannot: is the node holding the shared token (a node
 that is not gets no run id and is named in the report), which address does the master *see*
 for the node (``getpeername``; different from the address the node advertises → NAT, the Docker
-bridge case, failures.md F01), and how fast is the raw TCP wire (see ``tcpprobe``). Every node
-says hello here before it joins the store, so the master can name a node whose store port is
-blocked. One JSON line each way; every socket has a timeout.
+bridge case, failures.md F01), how fast is the raw TCP wire (see ``tcpprobe``), and do
+connections to ephemeral ports get through in both directions (gloo and NCCL listen on ports
+from ``ip_local_port_range``, not on ``--port``: a firewall that passes only the rendezvous
+ports lets everything up to ``init_process_group`` work and then hangs it, failures.md F02).
+Every node says hello here before it joins the store, so the master can name a node whose store
+port is blocked. One JSON line each way; every socket has a timeout.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import select
 import socket
 import threading
 import time
@@ -43,6 +47,20 @@ class HelloReply:
     rtt_s: float = 0.0
     error: str = ""
     refused: bool = False  # the master answered and said no: retrying will not help
+    probe_port: int = 0  # the master's listener on an ephemeral port (0: none)
+
+
+@dataclass
+class PortProbe:
+    """Connections to ephemeral ports, each way, as gloo and NCCL open them after the rendezvous."""
+
+    to_master: str  # "address:port" this node dialled
+    to_master_ok: bool
+    to_master_error: str
+    from_master: str  # "address:port" the master dialled back
+    from_master_ok: bool | None  # None: the master could not be asked
+    from_master_error: str
+    timeout_s: float
 
 
 class GateServer:
@@ -56,7 +74,10 @@ class GateServer:
         self.hellos: list[Hello] = []
         self.tcp_gbps: dict[str, float] = {}
         self._sock = socket.create_server((bind, port), reuse_port=False)
-        self._sock.settimeout(0.5)
+        # Port 0: the kernel picks from ip_local_port_range, as for gloo's and NCCL's listeners.
+        self._probe = socket.create_server((bind, 0), backlog=socket.SOMAXCONN)
+        for sock in (self._sock, self._probe):
+            sock.setblocking(False)  # select says when; a vanished client never blocks accept
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="nccldoctor-gate", daemon=True)
         self._thread.start()
@@ -65,16 +86,25 @@ class GateServer:
         self._closed.set()
         self._thread.join(timeout=2)
         self._sock.close()
+        self._probe.close()
+
+    @property
+    def probe_port(self) -> int:
+        return self._probe.getsockname()[1]
 
     def _serve(self) -> None:
         while not self._closed.is_set():
             try:
-                conn, peer = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn, peer[0]), daemon=True).start()
+                ready = select.select([self._sock, self._probe], [], [], 0.5)[0]
+                for sock in ready:
+                    conn, peer = sock.accept()
+                    if sock is self._probe:  # connecting was the test: nothing to say
+                        conn.close()
+                        continue
+                    threading.Thread(target=self._handle, args=(conn, peer[0]), daemon=True).start()
+            except (OSError, ValueError):
+                if self._closed.is_set():
+                    return
 
     def _handle(self, conn: socket.socket, peer: str) -> None:
         with conn:
@@ -107,11 +137,13 @@ class GateServer:
                             time.time(),
                         )
                     )
-                    _send(
-                        conn, {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
-                    )
+                    reply = {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
+                    _send(conn, {**reply, "probe_port": self.probe_port})
                 elif request.get("op") == "note":
                     self._note(str(request.get("node", "?")), peer, str(request.get("error", "")))
+                elif request.get("op") == "dial":
+                    ok, error = dial(peer, int(request["port"]), float(request["seconds"]))
+                    _send(conn, {"ok": ok, "error": error, "address": peer})
                 elif request.get("op") == "tcp":
                     self._tcp(conn, str(request.get("node", peer)), float(request["seconds"]))
             except (OSError, ValueError, KeyError, TypeError):
@@ -173,6 +205,7 @@ def say_hello(
                 seen=str(reply.get("seen", "")),
                 skew_s=float(reply["t"]) - (t0 + t1) / 2,
                 rtt_s=t1 - t0,
+                probe_port=int(reply.get("probe_port") or 0),
             )
         except (OSError, ValueError, KeyError) as exc:
             last = f"{type(exc).__name__}: {exc}"
@@ -189,6 +222,35 @@ def send_note(master: str, port: int, node: str, token: str | None, error: str) 
             _send(conn, message)
     except OSError:
         return
+
+
+def dial(address: str, port: int, seconds: float) -> tuple[bool, str]:
+    """One TCP connect with a deadline: (connected, the error)."""
+    try:
+        with socket.create_connection((address, port), timeout=seconds):
+            return True, ""
+    except OSError as exc:
+        return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def probe_ports(
+    master: str, gate_port: int, probe_port: int, node: str, token: str | None, seconds: float
+) -> PortProbe:
+    """Dial the master's ephemeral listener, then have the master dial one of ours (each
+    ``seconds`` at most): what gloo's and NCCL's connections will meet after the rendezvous."""
+    ok, error = dial(master, probe_port, seconds)
+    with socket.create_server(("0.0.0.0", 0)) as listener:  # the kernel's pick, as gloo's
+        port = listener.getsockname()[1]
+        message = {"op": "dial", "node": node, "token": token or "", "port": port,
+                   "seconds": seconds}  # fmt: skip
+        try:
+            back = _request(master, gate_port, message, time.monotonic() + seconds + _IO_TIMEOUT)
+            back_ok, back_error = bool(back.get("ok")), str(back.get("error") or "")
+            seen = str(back.get("address") or "?")
+        except (OSError, ValueError) as exc:
+            back_ok, back_error, seen = None, f"{type(exc).__name__}: {exc}", "?"
+    return PortProbe(f"{master}:{probe_port}", ok, error, f"{seen}:{port}", back_ok, back_error,
+                     seconds)  # fmt: skip
 
 
 def measure_tcp(

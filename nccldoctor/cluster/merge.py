@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from checks import run_cluster_checks
-from nccldoctor.cluster import verdict
+from nccldoctor.cluster import causes, verdict
 from nccldoctor.cluster.findings import rendezvous_findings, skew_findings
 from nccldoctor.cluster.gate import Hello
 from nccldoctor.cluster.rendezvous import NodeEntry, World
@@ -74,6 +74,14 @@ def merge(
         for r, phase in sorted(lost.items())
     ]
 
+    wire = {
+        k: v
+        for doc in docs
+        for k, v in (doc.get("bandwidth") or {}).get("tcp_wire_gbps", {}).items()
+    }
+    wire.update({k: round(v, 3) for k, v in tcp_gbps.items()})
+    probes = {d.get("run", {}).get("node"): d.get("run", {}).get("port_probe") for d in docs}
+    cause = causes.judge(facts, ranks, probes, wire, master=own.get("run", {}).get("node"))
     findings = _dedupe(
         [
             Finding.from_dict(f)
@@ -81,6 +89,7 @@ def merge(
             for f in doc.get("findings", [])
             if f.get("id") not in _RANK_VERDICT_IDS
         ]
+        + (cause.findings if cause else [])
         + verdict.rank_findings(ranks, lost_sentences)
         + [_lost_finding(names.get(r, str(r)), r, phase) for r, phase in sorted(lost.items())]
         + (rendezvous_findings(world, hellos, port) if world else [])
@@ -89,12 +98,6 @@ def merge(
     )
     first = next((d for d in docs if any(r["rank"] == 0 for r in d.get("ranks") or [])), own)
     bandwidth = dict(first.get("bandwidth") or {})
-    wire = {
-        k: v
-        for doc in docs
-        for k, v in (doc.get("bandwidth") or {}).get("tcp_wire_gbps", {}).items()
-    }
-    wire.update({k: round(v, 3) for k, v in tcp_gbps.items()})
     bandwidth["tcp_wire_gbps"] = wire
     paths = {d.get("run", {}).get("node_rank"): d.get("report_path") for d in docs}
     status = dict(own.get("area_status", {}))
@@ -118,7 +121,7 @@ def merge(
             "phases": [p for doc in docs for p in doc.get("phases") or []],
             "bandwidth": bandwidth,
             "ranks": ranks,
-            "hang": verdict.hang_section(ranks, lost_sentences),
+            "hang": verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None),
             "mnist": first.get("mnist"),
             "cluster": cluster_section(master, world, paths),
             "timeouts": own.get("timeouts"),

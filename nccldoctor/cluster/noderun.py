@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.cluster import merge, rendezvous, results, verdict
+from nccldoctor.cluster import causes, merge, rendezvous, results, verdict
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NodeFacts
@@ -31,6 +31,7 @@ class NodeRun:
     node_rank: int | None = None
     bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
+    port_probe: dict[str, Any] | None = None  # gate.PortProbe, as a dict
     ranks: list[dict[str, Any]] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
     worker_results: dict[int, dict] = field(default_factory=dict)
@@ -64,6 +65,10 @@ def build_node_report(
                 node=run.node,
             )
         )
+    # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
+    cause = causes.judge(
+        [run.facts] if run.facts else [], run.ranks, {run.node: run.port_probe}, {}
+    )
     world = run.world
     status = dict(run.area_status)
     status["run"] = _run_status(run)
@@ -83,7 +88,9 @@ def build_node_report(
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
             "ranks": run.ranks,
-            "hang": verdict.hang_section(run.ranks, run.lost),
+            "hang": verdict.hang_section(
+                run.ranks, run.lost, cause=cause.sentence if cause else None
+            ),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
             "cluster": merge.cluster_section(config.master, world, {}),
@@ -98,6 +105,7 @@ def build_node_report(
                 "reach": run.reach,
                 "hello": run.hello,
                 "bootstrap": run.bootstrap,
+                "port_probe": run.port_probe,
                 "elapsed_s": round(elapsed_s, 3),
             },
         },

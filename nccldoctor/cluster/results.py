@@ -49,6 +49,7 @@ def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> dict[str, Any]:
         "ended_at": (failed or (watch.events[-1] if watch.events else {})).get("t"),
         "stuck": stuck,
         "last_nccl_lines": watch.last_nccl_lines,
+        "message_sizes": (result or {}).get("message_sizes"),
         "stacks": watch.stacks
         or (_read(watch.launched.rank_dir / "stacks.txt") if state != "ok" else None),
         "flight_recorder": watch.flight_recorder,

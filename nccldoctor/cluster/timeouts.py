@@ -22,6 +22,7 @@ class Timeouts:
     settle: float = 5.0  # without a node count: close the join window after this quiet time
     bootstrap: float = 15.0  # libnccl's ncclGetUniqueId probe
     tcp_probe: float = 2.0  # raw TCP throughput, per node
+    port_probe: float = 3.0  # one connect to an ephemeral port, each way, per node
     startup: float = 60.0  # a worker's first event (Python and torch imported)
     init: float = 60.0  # init_process_group
     barrier: float = 30.0

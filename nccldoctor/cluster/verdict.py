@@ -87,14 +87,19 @@ def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(bad, key=key)
 
 
-def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[str, Any] | None:
-    """The contract's ``hang`` section: null when every rank ended well and no node was lost."""
+def hang_section(
+    ranks: list[dict[str, Any]], lost: Sequence[str] = (), cause: str | None = None
+) -> dict[str, Any] | None:
+    """The contract's ``hang`` section: null when every rank ended well and no node was lost.
+    ``cause`` (see ``causes``), when the network explains the stop, leads the verdict."""
     ordered = culprits(ranks)
     if not ordered and not lost:
         return None
     lost_first = _lost_is_cause(ordered, lost)
     said = [_sentence(r, i == 0 and not lost_first) for i, r in enumerate(ordered)]
     sentences = [*lost, *said] if lost_first else [*said, *lost]
+    if cause:
+        sentences[0] = f"{cause}: {sentences[0]}"
     return {
         "phase": ordered[0]["phase_reached"] if ordered else None,
         "stuck": [

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.collectives import ALLREDUCE, Comm, check_correctness, sweep_bandwidth
+from nccldoctor.cluster.collectives import (
+    ALLREDUCE,
+    Comm,
+    SizeProgress,
+    check_correctness,
+    sweep_bandwidth,
+)
 from nccldoctor.cluster.faults import FaultPlan
 from nccldoctor.cluster.workerconfig import WorkerConfig
 from nccldoctor.cluster.workerwatch import (
@@ -107,6 +113,14 @@ class Worker:
             "correctness_skipped": [],
             "bandwidth": [],
             "bandwidth_not_run": [],
+            # How far the message sizes got: a rank stopped inside a collective names the size
+            # it stalled at next to the largest one every rank got through (an MTU black hole).
+            "message_sizes": {
+                "phase": None,
+                "largest_passed_bytes": None,
+                "last_passed_bytes": None,
+                "in_flight_bytes": None,
+            },
             "mnist": None,
             "params_identical": None,
             "checksums": [],
@@ -223,7 +237,12 @@ class Worker:
     def _correctness(self, comm: Comm) -> None:
         phase = "allreduce_correctness"
         rows, skipped = check_correctness(
-            ALLREDUCE, comm, self.config.dtypes, CORRECTNESS_COUNTS, self.faults.corrupts(phase)
+            ALLREDUCE,
+            comm,
+            self.config.dtypes,
+            CORRECTNESS_COUNTS,
+            self.faults.corrupts(phase),
+            progress=self._size_progress(phase),
         )
         self.record(correctness=rows, correctness_skipped=skipped)
         wrong = sum(row["wrong"] for row in rows)
@@ -239,11 +258,25 @@ class Worker:
             BANDWIDTH_DTYPE,
             self.config.timeouts.bandwidth_budget,
             self.faults.corrupts("bandwidth"),
+            progress=self._size_progress("bandwidth"),
         )
         self.record(bandwidth=sweep.rows, bandwidth_not_run=sweep.not_run)
         wrong = sum(row["wrong"] for row in sweep.rows)
         if wrong:
             self.problems.append(f"bandwidth: {wrong} wrong elements")
+
+    def _size_progress(self, phase: str) -> SizeProgress:
+        def progress(event: str, size: int) -> None:
+            sizes = dict(self.result["message_sizes"])
+            if event == "start":
+                sizes.update(phase=phase, in_flight_bytes=size)
+            else:
+                largest = max(size, sizes["largest_passed_bytes"] or 0)
+                sizes.update(in_flight_bytes=None, last_passed_bytes=size,
+                             largest_passed_bytes=largest)  # fmt: skip
+            self.record(message_sizes=sizes)
+
+        return progress
 
     def _ddp(self, comm: Comm) -> Any:
         from nccldoctor.cluster.mnist import load_mnist, param_checksum, train_ddp

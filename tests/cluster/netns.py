@@ -50,6 +50,15 @@ class Host:
         """This host's own /etc/NAME (e.g. hosts), seen by every process started in it."""
         self.net.write_etc(self.lab_host, name, text)
 
+    def set_mtu(self, mtu: int) -> None:
+        """This host's eth0 only. Its veth peer on the bridge keeps 1500, as a switch port that
+        never got jumbo frames: it drops bigger frames without a word (no ICMP).
+
+        One segment per packet (gso_max_segs 1): a veth hands a GSO super-packet to its peer
+        whole, and the peer's MTU check waves GSO through; a NIC cuts it into MSS-sized frames
+        before the wire, which is what the switch port sees, and so does the peer now."""
+        self.exec("ip", "link", "set", "eth0", "mtu", str(mtu), "gso_max_segs", "1")
+
 
 @dataclass
 class NodeRun:
