@@ -11,6 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
+# The shortest TCP throughput turn: still thousands of round trips on a LAN, past TCP's slow start.
+MIN_TCP_TURN = 0.1
+
+
 class TimeoutsError(ValueError):
     """A timeout setting that does not parse; the message quotes it."""
 
@@ -22,6 +26,7 @@ class Timeouts:
     settle: float = 5.0  # without a node count: close the join window after this quiet time
     bootstrap: float = 15.0  # libnccl's ncclGetUniqueId probe
     tcp_probe: float = 2.0  # raw TCP throughput, per node
+    tcp_total: float = 16.0  # every node's TCP turn together: many nodes get shorter turns
     startup: float = 60.0  # a worker's first event (Python and torch imported)
     init: float = 60.0  # init_process_group
     barrier: float = 30.0
@@ -51,6 +56,12 @@ class Timeouts:
             + self.ddp
             + self.destroy
         )
+
+    def tcp_turn(self, probers: int) -> float:
+        """Seconds of one node's TCP throughput turn when ``probers`` nodes take turns at the
+        master: ``tcp_probe``, shortened so that all turns fit ``tcp_total``, never below
+        ``MIN_TCP_TURN`` (past tcp_total / MIN_TCP_TURN nodes the turns add up beyond it)."""
+        return max(MIN_TCP_TURN, min(self.tcp_probe, self.tcp_total / max(1, probers)))
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
