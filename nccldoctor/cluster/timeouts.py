@@ -10,7 +10,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-
 # The shortest TCP throughput turn: still thousands of round trips on a LAN, past TCP's slow start.
 MIN_TCP_TURN = 0.1
 

@@ -86,7 +86,9 @@ def _node_doc(template: dict, node: WorldNode, world: World, hang_rank: int | No
                 state="stuck" if stuck else "failed",
                 exit_code=-9 if stuck else 1,
                 stuck="stopped by the watchdog" if stuck else None,
-                error=None if stuck else "allreduce_correctness: RuntimeError: [gloo] Timed out "
+                error=None
+                if stuck
+                else "allreduce_correctness: RuntimeError: [gloo] Timed out "
                 "waiting 20000ms for recv operation to complete",
             )
         ranks.append(rank)
