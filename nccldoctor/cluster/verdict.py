@@ -13,6 +13,8 @@ from typing import Any
 from nccldoctor.cluster.watchdog import WORKER_PHASES
 from nccldoctor.model import Finding, Severity
 
+# The verdict names the cause and at most this many groups of other ranks.
+VERDICT_GROUPS = 4
 PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
 
 # Error text -> category, for what a rank's own error says (first match wins).
@@ -92,7 +94,8 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
     ordered = culprits(ranks)
     if not ordered and not lost:
         return None
-    sentences = [_sentence(r, i == 0) for i, r in enumerate(ordered)] + list(lost)
+    sentences = [_sentence(r, i == 0) for i, r in enumerate(ordered[:1])]
+    sentences += _consequences(ordered[1:]) + list(lost)
     return {
         "phase": ordered[0]["phase_reached"] if ordered else None,
         "stuck": [
@@ -107,6 +110,39 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
         ],
         "verdict": "; ".join(sentences) + ".",
     }
+
+
+def _consequences(ranks: list[dict[str, Any]]) -> list[str]:
+    """The other ranks' sentences, ranks that say the same together ("ranks 0-9, 12 waited in
+    barrier (...)"), at most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line;
+    the findings still list every rank."""
+    groups: dict[str, list[int]] = {}
+    for r in ranks:
+        predicate = _sentence(r, False).removeprefix(f"rank {r['rank']}")
+        groups.setdefault(predicate, []).append(r["rank"])
+    sentences = [
+        rank_label(group) + (predicate.replace(" its ", " their ", 1) if group[1:] else predicate)
+        for predicate, group in groups.items()
+    ]
+    if len(sentences) <= VERDICT_GROUPS:
+        return sentences
+    rest = sum(len(group) for group in list(groups.values())[VERDICT_GROUPS - 1 :])
+    return [*sentences[: VERDICT_GROUPS - 1], f"{rest} more ranks stopped (see the findings)"]
+
+
+def rank_label(ranks: Sequence[int]) -> str:
+    """ "rank 3", or "ranks 0-10, 12, 13" (sorted; three or more consecutive ranks as a range)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    spans: list[list[int]] = []
+    for rank in sorted(ranks):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return "ranks " + ", ".join(
+        f"{a}-{b}" if b > a + 1 else ", ".join(map(str, range(a, b + 1))) for a, b in spans
+    )
 
 
 def _sentence(r: dict[str, Any], cause: bool) -> str:
