@@ -94,7 +94,7 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
     ordered = culprits(ranks)
     if not ordered and not lost:
         return None
-    sentences = [_sentence(r, i == 0) for i, r in enumerate(ordered[:1])]
+    sentences = [_sentence(r, True) for r in ordered[:1]]
     sentences += _consequences(ordered[1:]) + list(lost)
     return {
         "phase": ordered[0]["phase_reached"] if ordered else None,
@@ -113,20 +113,22 @@ def hang_section(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> dict[
 
 
 def _consequences(ranks: list[dict[str, Any]]) -> list[str]:
-    """The other ranks' sentences, ranks that say the same together ("ranks 0-9, 12 waited in
-    barrier (...)"), at most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line;
-    the findings still list every rank."""
-    groups: dict[str, list[int]] = {}
+    """The other ranks' sentences, ranks that did the same together ("ranks 0-9, 12 waited in
+    barrier"; the error only when the group shares it: gloo's name each rank's peer address), at
+    most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line; the findings still
+    list every rank with its own error."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in ranks:
-        predicate = _sentence(r, False).removeprefix(f"rank {r['rank']}")
-        groups.setdefault(predicate, []).append(r["rank"])
-    sentences = [
-        rank_label(group) + (predicate.replace(" its ", " their ", 1) if group[1:] else predicate)
-        for predicate, group in groups.items()
-    ]
+        groups.setdefault(_predicate(r, detail=False), []).append(r)
+    sentences = []
+    for predicate, members in groups.items():
+        detailed = {_predicate(r, detail=True) for r in members}
+        text = detailed.pop() if len(detailed) == 1 else predicate
+        text = text.replace(" its ", " their ", 1) if members[1:] else text
+        sentences.append(rank_label([r["rank"] for r in members]) + text)
     if len(sentences) <= VERDICT_GROUPS:
         return sentences
-    rest = sum(len(group) for group in list(groups.values())[VERDICT_GROUPS - 1 :])
+    rest = sum(len(members) for members in list(groups.values())[VERDICT_GROUPS - 1 :])
     return [*sentences[: VERDICT_GROUPS - 1], f"{rest} more ranks stopped (see the findings)"]
 
 
@@ -145,15 +147,22 @@ def rank_label(ranks: Sequence[int]) -> str:
     )
 
 
-def _sentence(r: dict[str, Any], cause: bool) -> str:
+def _predicate(r: dict[str, Any], detail: bool) -> str:
+    """A consequence's sentence without its leading "rank N"."""
+    return _sentence(r, False, detail).removeprefix(f"rank {r['rank']}")
+
+
+def _sentence(r: dict[str, Any], cause: bool, detail: bool = True) -> str:
+    """What rank ``r`` did; ``detail``: with its error or last NCCL line."""
     who = f"rank {r['rank']} on node {r['node']}"
     phase = _label(r["phase_reached"])
     if r["state"] == "stuck":
-        line = (r["last_nccl_lines"] or [None])[-1]
+        line = (r["last_nccl_lines"] or [None])[-1] if detail else None
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
     error = _first_line(r["error"], r["phase_reached"])
     category = categorize(error)
+    error = error if detail else ""
     if not cause and category == "collective_timeout_hang":
         return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
     if not cause and category == "remote_peer_closed":

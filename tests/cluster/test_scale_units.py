@@ -6,6 +6,7 @@ import gc
 import time
 
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
+from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
 from tests.cluster.synthetic import synthetic_run
 
 
@@ -40,3 +41,43 @@ def test_master_merge_is_linear_in_nodes():
     small = min(_merge_seconds(64) for _ in range(3))
     large = min(_merge_seconds(512) for _ in range(2))
     assert large < small * 8 * 3  # 8x the nodes: about 8x the time (quadratic would be 64x)
+
+
+def _rank(r: int, state: str, error: str | None = None) -> dict:
+    return {"rank": r, "node": f"node{r // 2}", "state": state, "phase_reached": "barrier",
+            "error": error, "exit_code": 1, "stuck": "deadline" if state == "stuck" else None,
+            "last_nccl_lines": [], "log_path": f"/x/rank{r}/worker.log", "ended_at": 10.0 + r}  # fmt: skip
+
+
+def _closed(port: int) -> str:
+    return (f"barrier: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            f"[198.18.0.7]:{port}. This is typically caused by a remote worker crashing.")  # fmt: skip
+
+
+TIMED_OUT = "barrier: RuntimeError: Timed out waiting 20000ms for recv operation to complete"
+
+
+def test_hang_verdict_groups_the_other_ranks():
+    """16 ranks as the barrier hang of tests/cluster/test_scale.py ends: one stuck, two lose a
+    peer (each its own address), the others time out with one message."""
+    ranks = [_rank(11, "stuck", "barrier: timed out after 20 s (worker deadline)")]
+    ranks += [_rank(0, "failed", _closed(22224)), _rank(1, "failed", _closed(20680))]
+    ranks += [_rank(r, "failed", TIMED_OUT) for r in (*range(2, 11), *range(12, 16))]
+    assert hang_section(ranks)["verdict"] == (
+        "rank 11 on node node5 never finished barrier; ranks 0, 1 lost their peer in barrier; "
+        "ranks 2-10, 12-15 waited in barrier (RuntimeError: Timed out waiting 20000ms for recv "
+        "operation to complete)."
+    )
+    findings = rank_findings(ranks)  # every rank keeps its own error in the findings
+    assert [f.rank for f in findings] == [11, 0, 1, *range(2, 11), *range(12, 16)]
+    assert "22224" in findings[1].evidence[2] and "20680" in findings[2].evidence[2]
+
+
+def test_hang_verdict_stays_a_line_at_any_scale():
+    ranks = [_rank(0, "stuck")] + [
+        _rank(r, "failed", f"barrier: error {r % 9}") for r in range(1, 4096)
+    ]
+    verdict = hang_section(ranks)["verdict"]
+    assert verdict.endswith("; 4090 more ranks stopped (see the findings).")
+    assert verdict.count(";") == VERDICT_GROUPS and len(verdict) < 600
+    assert rank_label([7]) == "rank 7" and rank_label([5, 1, 2, 3, 9, 10]) == "ranks 1-3, 5, 9, 10"
