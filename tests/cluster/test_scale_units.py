@@ -7,6 +7,7 @@ import time
 
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
+from nccldoctor.report.answer import answer
 from tests.cluster.synthetic import synthetic_run
 
 
@@ -81,3 +82,13 @@ def test_hang_verdict_stays_a_line_at_any_scale():
     assert verdict.endswith("; 4090 more ranks stopped (see the findings).")
     assert verdict.count(";") == VERDICT_GROUPS and len(verdict) < 600
     assert rank_label([7]) == "rank 7" and rank_label([5, 1, 2, 3, 9, 10]) == "ranks 1-3, 5, 9, 10"
+
+
+def test_the_answer_of_512_nodes_stays_short():
+    text = answer(synthetic_run(512, hang_rank=3).merge().to_dict())
+    assert text.startswith(
+        "Check of 1024 ranks on 512 nodes, backend gloo. The run hung in allreduce_correctness "
+        "(rank 3 on node1). Rank 3 on node node1 never finished allreduce_correctness; "
+        "ranks 0-2, 4-1023 waited in allreduce_correctness"
+    )
+    assert len(text) < 1000
