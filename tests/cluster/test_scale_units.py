@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import json
 import time
+from dataclasses import asdict
 
+from nccldoctor.cluster.rendezvous import Keys, NodeEntry, gather_entries
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
 from nccldoctor.report.answer import answer
@@ -92,3 +95,32 @@ def test_the_answer_of_512_nodes_stays_short():
         "ranks 0-2, 4-1023 waited in allreduce_correctness"
     )
     assert len(text) < 1000
+
+
+class _SlowStore:
+    """A store where ``count`` slots were taken and only ``written`` of them hold an entry;
+    ``wait`` on a missing key sleeps its whole timeout, as TCPStore's does."""
+
+    def __init__(self, count: int, written: set[int]) -> None:
+        self.count = count
+        self.data = {f"nccldoctor/r/node/{s}": json.dumps(asdict(NodeEntry(s, f"node{s}")))
+                     for s in written}  # fmt: skip
+
+    def add(self, key: str, value: int) -> int:
+        return self.count
+
+    def wait(self, keys: list[str], timeout) -> None:
+        if any(k not in self.data for k in keys):
+            time.sleep(timeout.total_seconds())
+            raise TimeoutError(keys)
+
+    def get(self, key: str) -> str:
+        return self.data[key]
+
+
+def test_the_join_window_waits_once_for_all_unwritten_slots():
+    store = _SlowStore(64, written={s for s in range(65) if s % 8})  # 9 slots never written
+    start = time.monotonic()
+    entries = gather_entries(store, Keys("r"), 65, time.monotonic() + 5, settle_s=1)
+    assert time.monotonic() - start < 4  # one grace of 2 s, not 2 s for each of the nine
+    assert [e.slot for e in entries] == [s for s in range(65) if s % 8]
