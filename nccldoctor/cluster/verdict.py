@@ -74,14 +74,23 @@ def main_thread_frame(stacks: str | None) -> str | None:
     return None
 
 
+def _inside_collective(r: dict[str, Any]) -> bool:
+    """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
+    ranks stuck in one phase it is not the one the others wait for."""
+    frame = main_thread_frame(r.get("stacks"))
+    return bool(frame and "torch/distributed/" in frame)
+
+
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ranks that did not end well, cause first (stuck, then by failure time)."""
+    """The ranks that did not end well, cause first: stuck ranks, the earliest phase, a main
+    thread outside torch.distributed before one waiting in a collective, then by end time."""
     bad = [r for r in ranks if r["state"] != "ok"]
 
     def key(r: dict[str, Any]) -> tuple:
         return (
             r["state"] != "stuck",
             _phase_order(r["phase_reached"]),
+            _inside_collective(r),
             r.get("ended_at") or float("inf"),
             r["rank"],
         )

@@ -124,3 +124,25 @@ def test_the_join_window_waits_once_for_all_unwritten_slots():
     entries = gather_entries(store, Keys("r"), 65, time.monotonic() + 5, settle_s=1)
     assert time.monotonic() - start < 4  # one grace of 2 s, not 2 s for each of the nine
     assert [e.slot for e in entries] == [s for s in range(65) if s % 8]
+
+
+def _stacks(*frames: str) -> str:
+    """A faulthandler dump whose main thread stopped in ``frames`` (innermost first)."""
+    main = [f'  File "{f}"' for f in frames] + [
+        '  File "<frozen runpy>", line 198 in _run_module_as_main'
+    ]
+    return "\n".join(["Thread 0x00007f (most recent call first):", *main])
+
+
+def test_among_stuck_ranks_the_one_outside_the_collective_is_the_cause():
+    """--phase-timeout barrier=8 with collective=45: the waiting ranks hit their own deadline
+    together with the one they wait for; the stacks tell them apart, not who ended first."""
+    waiting = _rank(15, "stuck", "barrier: timed out after 8 s (worker deadline)")
+    waiting["stacks"] = _stacks(".../torch/distributed/distributed_c10d.py, line 4159 in barrier",
+                                ".../nccldoctor/cluster/worker.py, line 180 in _phases")  # fmt: skip
+    hanging = _rank(11, "stuck", "barrier: timed out after 8 s (worker deadline)")
+    hanging["stacks"] = _stacks(".../nccldoctor/cluster/faults.py, line 94 in hang_forever",
+                                ".../nccldoctor/cluster/worker.py, line 146 in phase")  # fmt: skip
+    waiting["ended_at"] = hanging["ended_at"] - 0.5  # its deadline fired first
+    verdict = hang_section([waiting, hanging])["verdict"]
+    assert verdict.startswith("rank 11 on node node5 never finished barrier; rank 15 on node node7")
