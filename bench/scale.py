@@ -4,9 +4,10 @@
    (first node started to last node ended) as a ratio to the 2-node run, the seconds each node
    added costs, where the 8-node run's time went (the last node's phases), the cluster report's
    size (bytes, and per node) and the machine's peak memory in use during the run.
-2. The master's merge of synthetic node reports (tests/cluster/synthetic.py: copies of one real
-   node report, one rank stuck and every other one timed out) at 8, 64 and 512 nodes, as ratios
-   to the 8-node merge: linear means the ratio follows the node count.
+2. The merges of synthetic node reports (tests/cluster/synthetic.py: copies of one real node
+   report, one rank stuck and every other one timed out) at 8, 64 and 512 nodes, as ratios to
+   the 8-node merge: the master's (cluster/merge.py) and `nccldoctor report`'s of node report
+   files (report/merge.py). Linear means the ratio follows the node count.
 
 Not part of pass/fail. Needs root (ip netns); run it alone: flock /work/heavy.lock python
 bench/scale.py [--repeat 2]. On a 2-core box 24 processes import torch at 8 nodes: the slope
@@ -31,6 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from nccldoctor.cluster.netlab import NetLab, netlab_possible  # noqa: E402
+from nccldoctor.report.load import report_from_document  # noqa: E402
+from nccldoctor.report.merge import merge_reports  # noqa: E402
 from tests.cluster.synthetic import synthetic_run  # noqa: E402
 
 SIZES = (2, 4, 8)
@@ -109,19 +112,28 @@ def healthy_check(nodes: int, work: Path) -> dict:
     }
 
 
-def merge_seconds(nodes: int, repeat: int) -> tuple[float, int]:
-    """The fastest of ``repeat`` merges of ``nodes`` synthetic node reports; (seconds, bytes)."""
-    run = synthetic_run(nodes, PROCS, hang_rank=3)
-    best = float("inf")
+def fastest(work, repeat: int) -> tuple[float, object]:
+    """The fastest of ``repeat`` calls of ``work`` (garbage collection off); (seconds, result)."""
+    best, result = float("inf"), None
     for _ in range(repeat):
         gc.disable()
         try:
             start = time.perf_counter()
-            report = run.merge()
+            result = work()
             best = min(best, time.perf_counter() - start)
         finally:
             gc.enable()
-    return best, len(json.dumps(report.to_dict()))
+    return best, result
+
+
+def merges(nodes: int, repeat: int) -> tuple[float, float, int]:
+    """The master's merge and `nccldoctor report`'s merge of ``nodes`` synthetic node reports:
+    (seconds, seconds, the cluster report's bytes)."""
+    run = synthetic_run(nodes, PROCS, hang_rank=3)
+    master_s, report = fastest(run.merge, repeat)
+    parts = [(f"/r/{d['run']['node']}.json", report_from_document(d)) for d in run.documents()]
+    files_s, _ = fastest(lambda: merge_reports(parts), repeat)
+    return master_s, files_s, len(json.dumps(report.to_dict()))
 
 
 def main() -> int:
@@ -136,7 +148,7 @@ def main() -> int:
     for nodes in SIZES:
         tries = [healthy_check(nodes, work / f"n{nodes}-{i}") for i in range(args.repeat)]
         runs[nodes] = min(tries, key=lambda r: r["wall"])
-    merge_sizes = {n: merge_seconds(n, 5 if n < 512 else 2) for n in (8, *MERGE_SIZES)}
+    merge_sizes = {n: merges(n, 5 if n < 512 else 2) for n in (8, *MERGE_SIZES)}
 
     base = runs[SIZES[0]]["wall"]
     print(f"healthy check, N netns nodes x {PROCS} ranks ({' '.join(CHECK_ARGS)}):")
@@ -151,13 +163,14 @@ def main() -> int:
         print(f"    {a} -> {b}: {(runs[b]['wall'] - runs[a]['wall']) / (b - a):.1f} s/node")
     print(f"  where the {large}-node run went (node{large - 1}, its last rank): "
           f"{runs[large]['phases']}")  # fmt: skip
-    print("master's merge of synthetic node reports (one rank stuck, the rest timed out):")
-    base_s = merge_sizes[MERGE_SIZES[0]][0]
+    print("merges of synthetic node reports (one rank stuck, the rest timed out):")
+    base_master, base_files, _ = merge_sizes[MERGE_SIZES[0]]
     for nodes in MERGE_SIZES:
-        seconds, size = merge_sizes[nodes]
-        print(f"  {nodes:4d} nodes  {seconds * 1e3:7.1f} ms  ratio to {MERGE_SIZES[0]} nodes "
-              f"{seconds / base_s:6.1f} (nodes ratio {nodes // MERGE_SIZES[0]:3d})  "
-              f"report {size} B ({size / nodes:.0f} B/node)")  # fmt: skip
+        master_s, files_s, size = merge_sizes[nodes]
+        print(f"  {nodes:4d} nodes  master's {master_s * 1e3:6.1f} ms (ratio to {MERGE_SIZES[0]} "
+              f"nodes {master_s / base_master:5.1f})  nccldoctor report's {files_s * 1e3:6.1f} ms "
+              f"(ratio {files_s / base_files:5.1f})  nodes ratio {nodes // MERGE_SIZES[0]:3d}  "
+              f"cluster report {size} B ({size / nodes:.0f} B/node)")  # fmt: skip
     print(f"(reports kept under {work})")
     return 0
 

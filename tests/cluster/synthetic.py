@@ -33,6 +33,10 @@ class SyntheticRun:
     others: dict[int, dict[str, Any]]
     hellos: list[Hello]
 
+    def documents(self) -> list[dict[str, Any]]:
+        """Every node's report, node rank order."""
+        return [self.own, *(self.others[r] for r in sorted(self.others))]
+
     def merge(self) -> Report:
         return merge.merge(
             master=self.world.nodes[0].address,

@@ -11,6 +11,8 @@ from nccldoctor.cluster.rendezvous import Keys, NodeEntry, gather_entries
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
 from nccldoctor.report.answer import answer
+from nccldoctor.report.load import report_from_document
+from nccldoctor.report.merge import merge_reports
 from tests.cluster.synthetic import synthetic_run
 
 
@@ -146,3 +148,27 @@ def test_among_stuck_ranks_the_one_outside_the_collective_is_the_cause():
     waiting["ended_at"] = hanging["ended_at"] - 0.5  # its deadline fired first
     verdict = hang_section([waiting, hanging])["verdict"]
     assert verdict.startswith("rank 11 on node node5 never finished barrier; rank 15 on node node7")
+
+
+class _CountedList(list):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self):
+        _CountedList.walks += 1
+        return super().__iter__()
+
+
+def test_merging_node_report_files_reads_the_world_once():
+    """Every node's report lists the whole world: `nccldoctor report` reads that list once, not
+    once per report (512 nodes would walk 512 x 512 entries)."""
+    docs = synthetic_run(512).documents()[:-1]  # the last node's report is lost
+    parts = [(f"/r/{d['run']['node']}.json", report_from_document(d)) for d in docs]
+    for _, report in parts:
+        report.extra["cluster"]["nodes"] = _CountedList(report.extra["cluster"]["nodes"])
+    _CountedList.walks = 0
+    cluster = merge_reports(parts).extra["cluster"]
+    assert _CountedList.walks == 1
+    assert cluster["missing_nodes"] == ["node511"]
+    assert [n["report_path"] for n in cluster["nodes"]] == [p for p, _ in parts] + [None]
