@@ -6,7 +6,9 @@ import gc
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 
+from nccldoctor.cluster import gather
 from nccldoctor.cluster.rendezvous import Keys, NodeEntry, gather_entries
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
@@ -172,3 +174,24 @@ def test_merging_node_report_files_reads_the_world_once():
     assert _CountedList.walks == 1
     assert cluster["missing_nodes"] == ["node511"]
     assert [n["report_path"] for n in cluster["nodes"]] == [p for p, _ in parts] + [None]
+
+
+class _DictStore:
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+
+def test_a_nodes_result_for_the_master_does_not_grow_with_the_world():
+    sizes = []
+    for nodes in (8, 512):
+        doc = synthetic_run(nodes).others[1]
+        store = _DictStore()
+        gather.publish(store, Keys("r"), 1, report_from_document(doc), Path("/r/node1.json"))
+        sent = json.loads(store.data[Keys("r").result(1)])
+        assert sent["cluster"]["nodes"] == [] and sent["cluster"]["world_size"] == 2 * nodes
+        assert sent["report_path"] == "/r/node1.json"
+        sizes.append(len(store.data[Keys("r").result(1)]))
+    assert sizes[1] < sizes[0] * 1.1  # 512 nodes: the world list alone would be 90 kB
