@@ -349,11 +349,14 @@ class NodeAgent:
             if run.is_master:
                 row["status"], row["detail"] = "skipped", "the master receives"
                 return
-            turns = len(run.world.nodes) if run.world else 1
-            deadline = time.monotonic() + turns * (c.timeouts.tcp_probe + 6)
+            # The nodes take turns at the master (they share its link); the turns together
+            # stay within tcp_total, so that the first workers do not wait in init for the last.
+            probers = len(run.world.nodes) - 1 if run.world else 1
+            seconds = c.timeouts.tcp_turn(probers)
+            deadline = time.monotonic() + probers * (seconds + 6)
             address = run.reach["addresses"][0]
             gbps, error = gate.measure_tcp(
-                address, c.gate_port, run.node, c.token, c.timeouts.tcp_probe, deadline
+                address, c.gate_port, run.node, c.token, seconds, deadline
             )
             run.tcp_gbps = gbps
             row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error

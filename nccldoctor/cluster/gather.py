@@ -20,9 +20,13 @@ from nccldoctor.report import Report
 
 
 def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
-    """Best effort: when the master is gone, the node's own report on disk is what remains."""
+    """Best effort: when the master is gone, the node's own report on disk is what remains.
+
+    The world's node list stays out: the master has it, and N nodes sending N entries each
+    would make the exit barrier's traffic and the master's memory grow as N squared."""
     doc = report.to_dict()
     doc["report_path"] = str(path)
+    doc["cluster"] = {**doc.get("cluster", {}), "nodes": []}
     with contextlib.suppress(Exception):
         store.set(keys.result(node_rank), json.dumps(doc))
 

@@ -137,9 +137,10 @@ def gather_entries(
             break
         time.sleep(0.2)
     entries = []
+    late = time.monotonic() + 2  # one grace for every slot taken but not yet written, not one each
     for slot in range(0, joined + 1):
         try:
-            store.wait([keys.node(slot)], timedelta(seconds=2))
+            store.wait([keys.node(slot)], timedelta(seconds=max(0.01, late - time.monotonic())))
             entries.append(NodeEntry(**json.loads(store.get(keys.node(slot)))))
         except Exception:
             continue  # took a slot but never wrote it: it is missing, named by count below

@@ -10,6 +10,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+# The shortest TCP throughput turn: still thousands of round trips on a LAN, past TCP's slow start.
+MIN_TCP_TURN = 0.1
+
 
 class TimeoutsError(ValueError):
     """A timeout setting that does not parse; the message quotes it."""
@@ -23,6 +26,7 @@ class Timeouts:
     bootstrap: float = 15.0  # libnccl's ncclGetUniqueId probe
     tcp_probe: float = 2.0  # raw TCP throughput, per node
     port_probe: float = 3.0  # one connect to an ephemeral port, each way, per node
+    tcp_total: float = 16.0  # every node's TCP turn together: many nodes get shorter turns
     startup: float = 60.0  # a worker's first event (Python and torch imported)
     init: float = 60.0  # init_process_group
     barrier: float = 30.0
@@ -52,6 +56,12 @@ class Timeouts:
             + self.ddp
             + self.destroy
         )
+
+    def tcp_turn(self, probers: int) -> float:
+        """Seconds of one node's TCP throughput turn when ``probers`` nodes take turns at the
+        master: ``tcp_probe``, shortened so that all turns fit ``tcp_total``, never below
+        ``MIN_TCP_TURN`` (past tcp_total / MIN_TCP_TURN nodes the turns add up beyond it)."""
+        return max(MIN_TCP_TURN, min(self.tcp_probe, self.tcp_total / max(1, probers)))
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)

@@ -13,6 +13,8 @@ from typing import Any
 from nccldoctor.cluster.watchdog import WORKER_PHASES
 from nccldoctor.model import Finding, Severity
 
+# The verdict names the cause and at most this many groups of other ranks.
+VERDICT_GROUPS = 4
 PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
 
 # Error text -> category, for what a rank's own error says (first match wins).
@@ -72,14 +74,23 @@ def main_thread_frame(stacks: str | None) -> str | None:
     return None
 
 
+def _inside_collective(r: dict[str, Any]) -> bool:
+    """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
+    ranks stuck in one phase it is not the one the others wait for."""
+    frame = main_thread_frame(r.get("stacks"))
+    return bool(frame and "torch/distributed/" in frame)
+
+
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ranks that did not end well, cause first (stuck, then by failure time)."""
+    """The ranks that did not end well, cause first: stuck ranks, the earliest phase, a main
+    thread outside torch.distributed before one waiting in a collective, then by end time."""
     bad = [r for r in ranks if r["state"] != "ok"]
 
     def key(r: dict[str, Any]) -> tuple:
         return (
             r["state"] != "stuck",
             _phase_order(r["phase_reached"]),
+            _inside_collective(r),
             r.get("ended_at") or float("inf"),
             r["rank"],
         )
@@ -95,9 +106,11 @@ def hang_section(
     ordered = culprits(ranks)
     if not ordered and not lost:
         return None
-    lost_first = _lost_is_cause(ordered, lost)
-    said = [_sentence(r, i == 0 and not lost_first) for i, r in enumerate(ordered)]
-    sentences = [*lost, *said] if lost_first else [*said, *lost]
+    if _lost_is_cause(ordered, lost):
+        sentences = [*lost, *_consequences(ordered)]
+    else:
+        sentences = [_sentence(r, True) for r in ordered[:1]]
+        sentences += _consequences(ordered[1:]) + list(lost)
     if cause:
         sentences[0] = f"{cause}: {sentences[0]}"
     return {
@@ -125,15 +138,57 @@ def _lost_is_cause(ordered: list[dict[str, Any]], lost: Sequence[str]) -> bool:
     )
 
 
-def _sentence(r: dict[str, Any], cause: bool) -> str:
+def _consequences(ranks: list[dict[str, Any]]) -> list[str]:
+    """The other ranks' sentences, ranks that did the same together ("ranks 0-9, 12 waited in
+    barrier"; the error only when the group shares it: gloo's name each rank's peer address), at
+    most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line; the findings still
+    list every rank with its own error."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in ranks:
+        groups.setdefault(_predicate(r, detail=False), []).append(r)
+    sentences = []
+    for predicate, members in groups.items():
+        detailed = {_predicate(r, detail=True) for r in members}
+        text = detailed.pop() if len(detailed) == 1 else predicate
+        text = text.replace(" its ", " their ", 1) if members[1:] else text
+        sentences.append(rank_label([r["rank"] for r in members]) + text)
+    if len(sentences) <= VERDICT_GROUPS:
+        return sentences
+    rest = sum(len(members) for members in list(groups.values())[VERDICT_GROUPS - 1 :])
+    return [*sentences[: VERDICT_GROUPS - 1], f"{rest} more ranks stopped (see the findings)"]
+
+
+def rank_label(ranks: Sequence[int]) -> str:
+    """ "rank 3", or "ranks 0-10, 12, 13" (sorted; three or more consecutive ranks as a range)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    spans: list[list[int]] = []
+    for rank in sorted(ranks):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return "ranks " + ", ".join(
+        f"{a}-{b}" if b > a + 1 else ", ".join(map(str, range(a, b + 1))) for a, b in spans
+    )
+
+
+def _predicate(r: dict[str, Any], detail: bool) -> str:
+    """A consequence's sentence without its leading "rank N"."""
+    return _sentence(r, False, detail).removeprefix(f"rank {r['rank']}")
+
+
+def _sentence(r: dict[str, Any], cause: bool, detail: bool = True) -> str:
+    """What rank ``r`` did; ``detail``: with its error or last NCCL line."""
     who = f"rank {r['rank']} on node {r['node']}"
     phase = _label(r["phase_reached"])
     if r["state"] == "stuck":
-        line = (r["last_nccl_lines"] or [None])[-1]
+        line = (r["last_nccl_lines"] or [None])[-1] if detail else None
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
     error = _first_line(r["error"], r["phase_reached"])
     category = categorize(error)
+    error = error if detail else ""
     if not cause and category == "collective_timeout_hang":
         return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
     if not cause and category == "remote_peer_closed":

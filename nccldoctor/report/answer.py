@@ -35,6 +35,7 @@ NCCL_SUMMARY_KEYS = (
     "init_complete",
 )
 _TITLES_NAMED = 3
+_NODES_NAMED = 8  # past this, the subject sentence counts the nodes instead of naming them
 
 
 def banner(document: dict[str, Any]) -> str:
@@ -147,7 +148,8 @@ def _subject_sentence(document: dict[str, Any]) -> str:
     ranks = _count(cluster.get("world_size") or None, "rank")
     bandwidth = document.get("bandwidth") if isinstance(document.get("bandwidth"), dict) else {}
     backend = _text(bandwidth.get("backend") or cluster.get("backend"))
-    subject = " on ".join(p for p in (ranks, ", ".join(names)) if p)
+    where = ", ".join(names) if len(names) <= _NODES_NAMED else f"{len(names)} nodes"
+    subject = " on ".join(p for p in (ranks, where) if p)
     if not subject:
         return ""
     return f"{kind} of {subject}" + (f", backend {backend}." if backend else ".")

@@ -5,7 +5,8 @@ whichever reports survived: nodes are united, findings deduplicated by (id, node
 phases and ranks concatenated (first report wins on a duplicate), the verdict recomputed, and a
 ``report.merged`` finding says which nodes' reports were merged and which are missing. A report
 missing makes the merged one incomplete: nothing vouches for that node. One pass over the inputs
-with dicts keyed by identity: linear in the number of nodes.
+with dicts keyed by identity, and each run's world list (which every node's report repeats) read
+once: linear in the number of nodes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def merge_reports(reports: Sequence[tuple[str, Report]]) -> Report:
     phases: dict[tuple, dict] = {}
     ranks: dict[Any, dict] = {}
     cluster_nodes: dict[str, dict] = {}
+    worlds: set[tuple] = set()
     listed_missing: list[str] = []
     stuck: dict[tuple, dict] = {}
     hang: dict[str, Any] | None = None
@@ -59,8 +61,13 @@ def merge_reports(reports: Sequence[tuple[str, Report]]) -> Report:
         for key in ("master", "world_size"):
             if cluster.get(key) is not None:
                 extra.setdefault("cluster", {}).setdefault(key, cluster[key])
-        for entry in _dicts(cluster.get("nodes")):
-            cluster_nodes.setdefault(str(entry.get("name")), dict(entry))
+        listed = cluster.get("nodes") if isinstance(cluster.get("nodes"), list) else []
+        world = (cluster.get("master"), cluster.get("world_size"), len(listed), str(listed[:1]),
+                 str(listed[-1:]))  # fmt: skip
+        if world not in worlds:  # every node of a run lists the whole world: read it once
+            worlds.add(world)
+            for entry in _dicts(listed):
+                cluster_nodes.setdefault(str(entry.get("name")), dict(entry))
         listed_missing += [str(n) for n in cluster.get("missing_nodes") or []]
         if isinstance(report.extra.get("hang"), dict):
             hang = hang or {k: v for k, v in report.extra["hang"].items() if k != "stuck"}
@@ -68,7 +75,8 @@ def merge_reports(reports: Sequence[tuple[str, Report]]) -> Report:
                 stuck.setdefault((entry.get("node"), entry.get("rank")), entry)
     missing = sorted(({*cluster_nodes, *listed_missing}) - set(nodes))
     for name, source in sources.items():
-        cluster_nodes.setdefault(name, {"name": name}).setdefault("report_path", source)
+        entry = cluster_nodes.setdefault(name, {"name": name})
+        entry["report_path"] = entry.get("report_path") or source  # a node report lists None
     extra["cluster"] = {
         "master": None,
         "world_size": None,
