@@ -50,6 +50,19 @@ def test_sum_of_rank_values_is_exact_in_every_dtype(dtype, n):
     assert torch.equal(ALLREDUCE.expected(n, count, dtype, "cpu").to(torch.int64), exact)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_tiled_values_are_the_formula_everywhere(dtype):
+    # 1000 is not a multiple of any period (m = 251, 128, 63 for 2 ranks): the cut tail counts.
+    n, count = 2, 1000
+    for rank in range(n):
+        formula = collectives._int_values(rank, n, count, dtype, "cpu")
+        assert torch.equal(
+            collectives.rank_values(rank, n, count, dtype, "cpu"),
+            formula.to(collectives.torch_dtype(dtype)),
+        )
+    assert ALLREDUCE.expected(n, count, dtype, "cpu").shape == (count,)
+
+
 def test_values_depend_on_the_rank_and_unsafe_dtypes_are_refused():
     assert not torch.equal(
         collectives.rank_values(0, 4, 10, "float32", "cpu"),
