@@ -58,6 +58,7 @@ class NodeAgent:
         self.keys: rendezvous.Keys | None = None
         self.gate: gate.GateServer | None = None
         self.launched: list[launcher.Launched] = []
+        self.standby: list[launcher.Standby] = []
         self.entries: list[rendezvous.NodeEntry] = []
         self._hello_found: list[Finding] = []
         self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
@@ -92,6 +93,7 @@ class NodeAgent:
             )
         self._stopping = True
         try:
+            launcher.release(self.standby)
             watchdog.stop(self.launched)
             if self.launched and not self.run.ranks:  # interrupted while watching the workers
                 watch = watchdog.observe(self.launched, self.run.node, str(self.run.aborted))
@@ -114,6 +116,7 @@ class NodeAgent:
 
     def _phases(self) -> None:
         self._preflight()
+        self._start_standby()
         self._reach()
         self._rendezvous()
         self._bootstrap()
@@ -176,6 +179,12 @@ class NodeAgent:
                 )
                 self._bootstrap_probe = (libraries[0], future)
             self.run.area_status.update(pf.area_status)
+
+    def _start_standby(self) -> None:
+        """The workers import torch while reach, rendezvous and bootstrap run (see launcher)."""
+        t = self.config.timeouts
+        wait_s = t.reach + t.rendezvous + t.settle + t.bootstrap + t.startup
+        self.standby = launcher.standby(self._procs(), self.env, self.node_dir / "standby", wait_s)
 
     def _reach(self) -> None:
         c, t, run = self.config, self.config.timeouts, self.run
@@ -364,7 +373,8 @@ class NodeAgent:
                 out=self.node_dir,
             )
             run.workers_started = True
-            self.launched = launcher.launch(spec, self.env)
+            self.launched = launcher.launch(spec, self.env, self.standby)
+            self.standby = []  # each one is a worker in ``launched`` now, or was released
             watch = watchdog.monitor(
                 self.launched, run.node, c.timeouts, world.backend, on_change=self.progress
             )

@@ -1,0 +1,58 @@
+"""Workers started on standby (before their rank is known) and handed their rank by the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from nccldoctor.cluster import launcher
+from nccldoctor.cluster.timeouts import Timeouts
+from tests.cluster.launcher import REPO, start_store
+
+
+@pytest.fixture(scope="module")
+def store():
+    return start_store()
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "NCCLDOCTOR_FAULT"}
+    return {**env, "PYTHONPATH": str(REPO)}
+
+
+def test_standbys_take_their_rank_at_the_handoff_and_a_dead_one_is_replaced(tmp_path, store):
+    out = tmp_path / "node"
+    spec = launcher.WorkerSpec(
+        run_id="standby", backend="gloo", master="127.0.0.1", port=store.port, node_rank=0,
+        rank_offset=0, local_world=2, world_size=2, interface="lo",
+        timeouts=Timeouts(bandwidth_budget=1.0, collective=20), mnist_root=None, out=out,
+    )  # fmt: skip
+    standbys = launcher.standby(3, base_env(), out / "standby", 120)
+    os.killpg(standbys[1].proc.pid, signal.SIGKILL)  # gone before its handoff: started afresh
+    standbys[1].proc.wait(10)
+    launched = launcher.launch(spec, base_env(), standbys)
+
+    assert launched[0].proc is standbys[0].proc and launched[1].proc is not standbys[1].proc
+    assert standbys[2].proc.poll() is not None  # not needed: ended at once
+    assert not (out / "standby").exists()  # logs moved or removed, nothing left behind
+    end = time.monotonic() + 120
+    codes = [item.proc.wait(max(1, end - time.monotonic())) for item in launched]
+    for item in launched:
+        log = item.log_path.read_text(errors="replace")
+        assert item.log_path == item.rank_dir / "worker.log"
+        result = json.loads((item.rank_dir / "result.json").read_text())
+        # RANK and WORLD_SIZE came with the handoff (the standby was started without them).
+        assert (result["rank"], result["world_size"], result["ok"]) == (item.rank, 2, True), log
+        assert result["phase_reached"] == "destroy" and result["params_identical"] is True
+    assert codes == [0, 0]
+
+
+def test_a_standby_ends_by_itself_when_the_agent_lets_go(tmp_path):
+    (item,) = launcher.standby(1, base_env(), tmp_path, 120)
+    item.proc.stdin.close()  # what the agent's death does to the pipe
+    assert item.proc.wait(60) == 0
+    assert "Traceback" not in item.log_path.read_text(errors="replace")
