@@ -400,9 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = worker.run()
     sys.stdout.flush()
     sys.stderr.flush()
-    if code == EXIT_ERROR:  # a broken process group can hang interpreter shutdown
-        os._exit(code)
-    return code
+    # Everything is on disk (result.json replaced atomically, events flushed per line, NCCL's
+    # debug file line-buffered). Interpreter shutdown with torch loaded took 0.7-1.4 s on a
+    # loaded 2-core machine, and a broken process group can hang it: skip it.
+    os._exit(code)
 
 
 if __name__ == "__main__":
