@@ -184,7 +184,12 @@ class NodeAgent:
         """The workers import torch while reach, rendezvous and bootstrap run (see launcher)."""
         t = self.config.timeouts
         wait_s = t.reach + t.rendezvous + t.settle + t.bootstrap + t.startup
-        self.standby = launcher.standby(self._procs(), self.env, self.node_dir / "standby", wait_s)
+        try:
+            self.standby = launcher.standby(
+                self._procs(), self.env, self.node_dir / "standby", wait_s
+            )
+        except OSError as exc:  # only slower: the workers phase starts them and reports why not
+            self.progress(f"workers on standby: {exc}")
 
     def _reach(self) -> None:
         c, t, run = self.config, self.config.timeouts, self.run

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,23 +104,28 @@ class Standby:
 def standby(count: int, base_env: Mapping[str, str], folder: Path, wait_s: float) -> list[Standby]:
     """Start ``count`` workers on standby, for up to ``wait_s`` seconds; logs under ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    started = []
+    started: list[Standby] = []
     for local_rank in range(count):
         log_path = folder / f"local{local_rank}.log"
         argv = ["-m", "nccldoctor.cluster.worker", "--standby", f"{wait_s:g}"]
-        proc = _start(argv, dict(base_env), log_path, stdin=subprocess.PIPE)
+        try:
+            proc = _start(argv, dict(base_env), log_path, stdin=subprocess.PIPE)
+        except OSError:
+            release(started)
+            raise
         started.append(Standby(local_rank, proc, log_path, dict(base_env)))
     return started
 
 
-def release(standbys: list[Standby]) -> None:
+def release(standbys: Sequence[Standby]) -> None:
     """Kill standby workers the run will not use; nothing ran in them, so nothing is lost."""
     for item in standbys:
         if item.proc.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(item.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        with contextlib.suppress(OSError):  # a handoff that failed may still be buffered
             item.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
             item.proc.wait(timeout=2)
         item.log_path.unlink(missing_ok=True)
     for folder in {item.log_path.parent for item in standbys}:
@@ -129,7 +134,7 @@ def release(standbys: list[Standby]) -> None:
 
 
 def launch(
-    spec: WorkerSpec, base_env: Mapping[str, str], standbys: list[Standby] = ()
+    spec: WorkerSpec, base_env: Mapping[str, str], standbys: Sequence[Standby] = ()
 ) -> list[Launched]:
     """Start every local rank, through a standby worker where one is ready; the rest of
     ``standbys`` is released. Each worker runs in its own session, so a Ctrl-C reaches the
