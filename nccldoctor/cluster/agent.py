@@ -115,8 +115,11 @@ class NodeAgent:
         raise Interrupted(signal.Signals(signum).name)
 
     def _phases(self) -> None:
+        # Most nodes run one rank (one GPU per container): it starts importing torch now, any
+        # other once preflight has counted the GPUs.
+        self._start_standby(self.config.procs_per_node or 1)
         self._preflight()
-        self._start_standby()
+        self._start_standby(self._procs())
         self._reach()
         self._rendezvous()
         self._bootstrap()
@@ -180,13 +183,14 @@ class NodeAgent:
                 self._bootstrap_probe = (libraries[0], future)
             self.run.area_status.update(pf.area_status)
 
-    def _start_standby(self) -> None:
-        """The workers import torch while reach, rendezvous and bootstrap run (see launcher)."""
+    def _start_standby(self, count: int) -> None:
+        """Workers for local ranks up to ``count`` import torch while the phases before theirs
+        run (see launcher)."""
         t = self.config.timeouts
         wait_s = t.reach + t.rendezvous + t.settle + t.bootstrap + t.startup
         try:
-            self.standby = launcher.standby(
-                self._procs(), self.env, self.node_dir / "standby", wait_s
+            self.standby += launcher.standby(
+                range(len(self.standby), count), self.env, self.node_dir / "standby", wait_s
             )
         except OSError as exc:  # only slower: the workers phase starts them and reports why not
             self.progress(f"workers on standby: {exc}")

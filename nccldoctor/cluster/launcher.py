@@ -4,8 +4,8 @@ One process per local rank: ``python -m nccldoctor.cluster.worker --config <rank
 with the torch launcher variables pointing at the node agents' own store, NCCL's debug output
 sent to a file per rank, and the interface the reach phase found unless the user chose one.
 
-Importing torch takes seconds, so the agent starts the workers on standby right after preflight
-(:func:`standby`: ``worker --standby SECONDS``, the user's env, stdin a pipe), while it runs reach,
+Importing torch takes seconds, so the agent starts the workers on standby as it starts, the rest
+once preflight has counted the GPUs (:func:`standby`: ``worker --standby SECONDS``, the user's env, stdin a pipe), while it runs reach,
 rendezvous and bootstrap. :func:`launch` then hands each one its config and the contract's env
 (``workerconfig.Handoff``, one line on stdin) and moves its log to ``<rank_dir>/worker.log``; a
 standby that is gone or refuses the line is replaced by a fresh ``--config`` process, and one the
@@ -101,11 +101,14 @@ class Standby:
     env: dict[str, str]  # what it was started with; the handoff sends the difference
 
 
-def standby(count: int, base_env: Mapping[str, str], folder: Path, wait_s: float) -> list[Standby]:
-    """Start ``count`` workers on standby, for up to ``wait_s`` seconds; logs under ``folder``."""
+def standby(
+    local_ranks: Sequence[int], base_env: Mapping[str, str], folder: Path, wait_s: float
+) -> list[Standby]:
+    """Start workers on standby for ``local_ranks``, for up to ``wait_s`` seconds; logs under
+    ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     started: list[Standby] = []
-    for local_rank in range(count):
+    for local_rank in local_ranks:
         log_path = folder / f"local{local_rank}.log"
         argv = ["-m", "nccldoctor.cluster.worker", "--standby", f"{wait_s:g}"]
         try:

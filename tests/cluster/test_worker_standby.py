@@ -31,7 +31,7 @@ def test_standbys_take_their_rank_at_the_handoff_and_a_dead_one_is_replaced(tmp_
         rank_offset=0, local_world=2, world_size=2, interface="lo",
         timeouts=Timeouts(bandwidth_budget=1.0, collective=20), mnist_root=None, out=out,
     )  # fmt: skip
-    standbys = launcher.standby(3, base_env(), out / "standby", 120)
+    standbys = launcher.standby(range(3), base_env(), out / "standby", 120)
     os.killpg(standbys[1].proc.pid, signal.SIGKILL)  # gone before its handoff: started afresh
     standbys[1].proc.wait(10)
     launched = launcher.launch(spec, base_env(), standbys)
@@ -52,7 +52,7 @@ def test_standbys_take_their_rank_at_the_handoff_and_a_dead_one_is_replaced(tmp_
 
 
 def test_a_standby_ends_by_itself_when_the_agent_lets_go(tmp_path):
-    (item,) = launcher.standby(1, base_env(), tmp_path, 120)
+    (item,) = launcher.standby([0], base_env(), tmp_path, 120)
     item.proc.stdin.close()  # what the agent's death does to the pipe
     assert item.proc.wait(60) == 0
     assert "Traceback" not in item.log_path.read_text(errors="replace")
