@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
 from nccldoctor.cluster import launcher
+from nccldoctor.cluster.demo import _free_port_pair
 from nccldoctor.cluster.timeouts import Timeouts
 from tests.cluster.launcher import REPO, start_store
 
@@ -56,3 +61,33 @@ def test_a_standby_ends_by_itself_when_the_agent_lets_go(tmp_path):
     item.proc.stdin.close()  # what the agent's death does to the pipe
     assert item.proc.wait(60) == 0
     assert "Traceback" not in item.log_path.read_text(errors="replace")
+
+
+def marked_standbys(mark: str) -> list[int]:
+    """Live standby workers whose environment carries ``mark`` (so other runs never count)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"--standby" in cmdline and mark.encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_run_that_ends_before_its_workers_leaves_no_standby_behind(tmp_path):
+    mark = f"NCCLDOCTOR_STANDBY_TEST={uuid.uuid4().hex}"
+    env = {**base_env(), mark.split("=")[0]: mark.split("=")[1]}
+    argv = [sys.executable, "-m", "nccldoctor", "check", "--master", "127.0.0.1", "--nodes", "2",
+            "--node-rank", "1", "--port", str(_free_port_pair()), "--out", str(tmp_path),
+            "--backend", "gloo", "--phase-timeout", "reach=3"]  # fmt: skip
+    agent = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = False
+    while agent.poll() is None:  # no master: reach fails after 3 s
+        seen = seen or bool(marked_standbys(mark))
+        time.sleep(0.1)
+    assert agent.returncode == 3
+    assert seen  # the standby was there while the agent ran
+    assert marked_standbys(mark) == []
