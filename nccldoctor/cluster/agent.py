@@ -3,8 +3,10 @@
 Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → workers → gather. Each has
 a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank 0, or the
 node owning ``--master``) also hosts the store and the gate, and after the exit barrier merges
-every node's report into the cluster report. Any way out — success, a failed phase, an error,
-SIGINT/SIGTERM — goes through one ``finally`` that stops the workers and writes the report(s).
+every node's report into the cluster report. The workers start on standby as the agent starts
+(launcher: they import torch while the other phases run) and get their rank in the workers phase.
+Any way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one ``finally``
+that ends the workers, on standby or running, and writes the report(s).
 """
 
 from __future__ import annotations
