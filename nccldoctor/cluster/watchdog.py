@@ -149,10 +149,20 @@ def monitor(
                     r.stuck = r.stuck or "stopped by the watchdog"
                     r.exit_code = r.launched.proc.poll()
             break
-        time.sleep(poll_s)
+        _wait_any(ranks, poll_s)
     for r in ranks:
         r.last_nccl_lines = r.last_nccl_lines or last_nccl_lines(r.launched.rank_dir)
     return WatchResult(ranks, reason, time.monotonic() - start)
+
+
+def _wait_any(ranks: list[RankWatch], poll_s: float) -> None:
+    """Sleep ``poll_s``, or less: a live rank's exit wakes the loop (the last one's exit is
+    what the whole node waits for)."""
+    alive = next(r for r in ranks if r.alive)
+    try:
+        alive.launched.proc.wait(timeout=poll_s)
+    except subprocess.TimeoutExpired:
+        return
 
 
 def observe(launched: list[Launched], node: str, reason: str) -> WatchResult:

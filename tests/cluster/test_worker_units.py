@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import torch
 from nccldoctor.cluster import collectives, mnist
 from nccldoctor.cluster.collectives import ALLGATHER, ALLREDUCE, BROADCAST, value_modulus
 from nccldoctor.cluster.faults import Fault, FaultPlan, FaultSpecError, parse_faults
-from nccldoctor.cluster.workerconfig import DEFAULT_BANDWIDTH_SIZES, WorkerConfig
+from nccldoctor.cluster.worker import await_handoff
+from nccldoctor.cluster.workerconfig import DEFAULT_BANDWIDTH_SIZES, Handoff, WorkerConfig
 from tests.cluster.idx import idx_bytes, write_mnist
 
 
@@ -48,6 +51,19 @@ def test_sum_of_rank_values_is_exact_in_every_dtype(dtype, n):
             total += collectives.rank_values(rank, n, count, dtype, "cpu")
         assert torch.equal(total.to(torch.int64), exact)
     assert torch.equal(ALLREDUCE.expected(n, count, dtype, "cpu").to(torch.int64), exact)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_tiled_values_are_the_formula_everywhere(dtype):
+    # 1000 is not a multiple of any period (m = 251, 128, 63 for 2 ranks): the cut tail counts.
+    n, count = 2, 1000
+    for rank in range(n):
+        formula = collectives._int_values(rank, n, count, dtype, "cpu")
+        assert torch.equal(
+            collectives.rank_values(rank, n, count, dtype, "cpu"),
+            formula.to(collectives.torch_dtype(dtype)),
+        )
+    assert ALLREDUCE.expected(n, count, dtype, "cpu").shape == (count,)
 
 
 def test_values_depend_on_the_rank_and_unsafe_dtypes_are_refused():
@@ -185,3 +201,36 @@ def test_missing_mnist_says_where_it_looked_and_synthetic_is_deterministic(tmp_p
     again = mnist.load_mnist(str(tmp_path), samples=64, seed=3)
     assert torch.equal(data.images, again.images) and torch.equal(data.labels, again.labels)
     assert len(set(data.labels.tolist())) > 1
+
+
+def test_handoff_round_trips_and_bad_lines_are_refused():
+    handoff = Handoff("/run/rank3/config.json", {"RANK": "3", "NCCL_DEBUG": "INFO"})
+    assert Handoff.from_line(handoff.to_line()) == handoff
+    for line, message in [
+        (b"{", "not JSON"),
+        (b'{"config": "c"}', "exactly 'config' and 'env'"),
+        (b'{"config": "", "env": {}}', "config must be a path"),
+        (b'{"config": "c", "env": {"A=B": "1"}}', "env must map"),
+        (b'{"config": "c", "env": {"A": 1}}', "env must map"),
+        (b'{"config": "c", "env": {"A": "x\\u0000"}}', "env must map"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Handoff.from_line(line)
+
+
+def test_await_handoff_reads_one_line_and_gives_up_on_eof_or_deadline():
+    read, write = os.pipe()
+    handoff = Handoff("c.json", {"RANK": "0"})
+    line = handoff.to_line()
+    os.write(write, line[:5])  # a line may come in pieces
+    os.write(write, line[5:])
+    assert await_handoff(read, 5) == handoff
+    os.close(write)
+    assert await_handoff(read, 5) is None  # the agent closed the pipe
+    os.close(read)
+    read, write = os.pipe()
+    started = time.monotonic()
+    assert await_handoff(read, 0.3) is None
+    assert 0.3 <= time.monotonic() - started < 3
+    os.close(read)
+    os.close(write)
