@@ -12,6 +12,7 @@ from typing import Any
 
 from nccldoctor.cluster.watchdog import WORKER_PHASES
 from nccldoctor.model import Finding, Severity
+from nccldoctor.watch.stacks import Frame, main_thread_frames
 
 # The verdict names the cause and at most this many groups of other ranks.
 VERDICT_GROUPS = 4
@@ -64,21 +65,17 @@ def _first_line(text: str | None, phase: str | None = None, limit: int = 200) ->
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def main_thread_frame(stacks: str | None) -> str | None:
-    """The innermost frame of the main thread in a faulthandler dump (the thread whose outermost
-    frame is the module's), e.g. 'File ".../faults.py", line 98 in hang_forever'."""
-    for block in (stacks or "").split("\n\n"):
-        frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
-        if frames and ("<module>" in frames[-1] or "_run_module_as_main" in frames[-1]):
-            return frames[0]
-    return None
+def main_thread_frame(stacks: str | None) -> Frame | None:
+    """The innermost frame of the main thread in a stack dump (faulthandler's or py-spy's)."""
+    frames = main_thread_frames(stacks or "")
+    return frames[0] if frames else None
 
 
 def _inside_collective(r: dict[str, Any]) -> bool:
     """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
     ranks stuck in one phase it is not the one the others wait for."""
     frame = main_thread_frame(r.get("stacks"))
-    return bool(frame and "torch/distributed/" in frame)
+    return frame is not None and frame.in_collective
 
 
 def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,7 +212,7 @@ def rank_findings(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> list
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
         frame = main_thread_frame(r.get("stacks"))
-        evidence += [f"main thread stopped at: {frame}"] if frame else []
+        evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
         evidence.append(f"log: {r['log_path']}")
         findings.append(

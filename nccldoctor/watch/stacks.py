@@ -57,9 +57,9 @@ def _faulthandler_main(dump: str) -> list[Frame]:
         elif (m := _FAULTHANDLER_FRAME.match(line)) and threads:
             threads[-1].append(Frame(m["file"], int(m["line"]), m["func"]))
     # faulthandler lists the thread that took the signal first; the main thread is the one
-    # whose outermost frame is the program's module level.
+    # whose outermost frame is the program's module level (runpy's, under `python -m`).
     for frames in threads:
-        if frames and frames[-1].func == "<module>":
+        if frames and frames[-1].func in ("<module>", "_run_module_as_main"):
             return frames
     return threads[0] if threads else []
 

@@ -126,5 +126,5 @@ def test_main_thread_frame_of_a_faulthandler_dump():
         '  File "/x/worker.py", line 326 in <module>\n'
         '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
     )
-    assert main_thread_frame(dump) == 'File "/x/faults.py", line 98 in hang_forever'
+    assert main_thread_frame(dump).describe() == "/x/faults.py:98 in hang_forever"
     assert main_thread_frame(None) is None and main_thread_frame("garbage") is None

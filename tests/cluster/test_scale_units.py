@@ -132,7 +132,7 @@ def test_the_join_window_waits_once_for_all_unwritten_slots():
 
 def _stacks(*frames: str) -> str:
     """A faulthandler dump whose main thread stopped in ``frames`` (innermost first)."""
-    main = [f'  File "{f}"' for f in frames] + [
+    main = ['  File "{}", line {}'.format(*f.split(", line ", 1)) for f in frames] + [
         '  File "<frozen runpy>", line 198 in _run_module_as_main'
     ]
     return "\n".join(["Thread 0x00007f (most recent call first):", *main])
