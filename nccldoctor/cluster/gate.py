@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from nccldoctor.cluster import tcpprobe
+from nccldoctor.cluster.reach import connect_once
 
 _IO_TIMEOUT = 5.0
 
@@ -226,11 +227,10 @@ def send_note(master: str, port: int, node: str, token: str | None, error: str) 
 
 def dial(address: str, port: int, seconds: float) -> tuple[bool, str]:
     """One TCP connect with a deadline: (connected, the error)."""
-    try:
-        with socket.create_connection((address, port), timeout=seconds):
-            return True, ""
-    except OSError as exc:
-        return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    exc = connect_once(address, port, seconds)
+    if exc is None:
+        return True, ""
+    return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def probe_ports(

@@ -104,15 +104,15 @@ def connect(result: ReachResult, port: int, deadline: float, retry_s: float = 0.
     while True:
         result.attempts += 1
         left = deadline - time.monotonic()
-        try:
-            with socket.create_connection((address, port), timeout=max(0.2, min(3.0, left))):
-                result.connected = True
-                result.error = None
-                break
-        except TimeoutError as exc:
+        exc = connect_once(address, port, max(0.2, min(3.0, left)))
+        if exc is None:
+            result.connected = True
+            result.error = None
+            break
+        if isinstance(exc, TimeoutError):
             result.timed_out += 1
             result.error = f"connect to {address}:{port} timed out ({exc or 'no answer'})"
-        except OSError as exc:
+        else:
             result.refused += exc.errno == errno.ECONNREFUSED
             result.timed_out += exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
             result.error = f"connect to {address}:{port}: {exc.strerror or exc}"
@@ -125,13 +125,21 @@ def connect(result: ReachResult, port: int, deadline: float, retry_s: float = 0.
 
 def still_listening(address: str, port: int, timeout_s: float = 2.0) -> str | None:
     """One TCP connect to ``address:port``: None when something answers, else the error."""
+    exc = connect_once(address, port, timeout_s)
+    if exc is None:
+        return None
+    if isinstance(exc, TimeoutError):
+        return f"connect to {address}:{port} timed out after {timeout_s:.0f} s"
+    return f"connect to {address}:{port}: {exc.strerror or exc}"
+
+
+def connect_once(address: str, port: int, timeout_s: float) -> OSError | None:
+    """One TCP connect with a deadline, closed at once: None when something answered."""
     try:
         with socket.create_connection((address, port), timeout=timeout_s):
             return None
-    except TimeoutError:
-        return f"connect to {address}:{port} timed out after {timeout_s:.0f} s"
     except OSError as exc:
-        return f"connect to {address}:{port}: {exc.strerror or exc}"
+        return exc
 
 
 def local_interfaces() -> dict[str, list[str]]:
