@@ -61,15 +61,14 @@ def env_for(name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
             "GLOO_SOCKET_IFNAME": "eth0", **(extra or {})}  # fmt: skip
 
 
-def run_nodes(lab: NetLab, argv_for, env_extra=None, timeout=400.0) -> float:
-    """Start one process per host, wait for all; the wall time in seconds."""
+def run_nodes(lab: NetLab, argv_for, env_extra=None, timeout=400.0) -> tuple[float, list[int]]:
+    """Start one process per host, wait for all: the wall time in seconds and the exit codes."""
     start = time.monotonic()
     procs = [lab.popen(h, argv_for(i, h), env_for(h.name, (env_extra or {}).get(h.name)),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i, h in enumerate(lab.hosts)]  # fmt: skip
-    for proc in procs:
-        proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
-    return time.monotonic() - start
+    codes = [proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start))) for proc in procs]
+    return time.monotonic() - start, codes
 
 
 def check_argv(lab: NetLab, out: Path, extra: list[str] = ()):
@@ -92,9 +91,11 @@ def main() -> int:
         bare, check = [], []
         master = lab.hosts[0].address
         for n in range(args.repeat):
-            bare.append(run_nodes(lab, lambda i, h: [sys.executable, "-c", BARE, str(i), master]))
+            bare.append(
+                run_nodes(lab, lambda i, h: [sys.executable, "-c", BARE, str(i), master])[0]
+            )
             out = work / f"healthy{n}"
-            check.append(run_nodes(lab, check_argv(lab, out)))
+            check.append(run_nodes(lab, check_argv(lab, out))[0])
             report = json.loads((out / "node0" / "check-cluster.json").read_text())
             assert report["exit_code"] == 0, report["findings"]
         breakdown = ", ".join(f"{p['phase']} {p['duration_s']:.1f}" for p in report["phases"]

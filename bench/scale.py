@@ -20,8 +20,6 @@ import argparse
 import gc
 import itertools
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import check  # noqa: E402  (its way of starting the check on every host)
 from nccldoctor.cluster.netlab import NetLab, netlab_possible  # noqa: E402
 from nccldoctor.report.load import report_from_document  # noqa: E402
 from nccldoctor.report.merge import merge_reports  # noqa: E402
@@ -39,8 +38,8 @@ from tests.cluster.synthetic import synthetic_run  # noqa: E402
 SIZES = (2, 4, 8)
 PROCS = 2
 MERGE_SIZES = (8, 64, 512)
-CHECK_ARGS = ["--backend", "gloo", "--timeout", "30", "--procs-per-node", str(PROCS),
-              "--phase-timeout", "bandwidth_budget=2", "--phase-timeout", "tcp_probe=1"]  # fmt: skip
+PROCS_ARGS = ["--procs-per-node", str(PROCS)]
+CHECK_ARGS = [*check.CHECK_ARGS, *PROCS_ARGS]
 
 
 class MemoryPeak:
@@ -73,24 +72,9 @@ def healthy_check(nodes: int, work: Path) -> dict:
     """One healthy check on ``nodes`` fresh namespace hosts; wall time, report and memory."""
     lab = NetLab(nodes, prefix="198.18.78").build()
     try:
-        master = lab.hosts[0].address
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "NCCLDOCTOR_"))}
-        env["PYTHONPATH"] = str(REPO)
-        base = [sys.executable, "-m", "nccldoctor", "check", "--master", master, "--nodes",
-                str(nodes), *CHECK_ARGS]  # fmt: skip
-
-        def argv(name: str) -> list[str]:
-            return [*base, "--out", str(work / name)]
-
+        argv = check.check_argv(lab, work, PROCS_ARGS)
         with MemoryPeak() as memory:
-            start = time.monotonic()
-            procs = [
-                lab.popen(h, argv(h.name), {**env, "NCCLDOCTOR_NODE_NAME": h.name},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                for h in lab.hosts
-            ]  # fmt: skip
-            codes = [p.wait(timeout=600) for p in procs]
-            wall = time.monotonic() - start
+            wall, codes = check.run_nodes(lab, argv, timeout=600)
     finally:
         lab.close()
     path = work / "node0" / "check-cluster.json"
