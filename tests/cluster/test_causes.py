@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 from nccldoctor.cluster import causes, gate
@@ -10,6 +9,7 @@ from nccldoctor.cluster.findings import port_findings
 from nccldoctor.cluster.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from tests.ports import free_port
 
 
 def node(name, mtu, address, ports=(32768, 60999)):
@@ -102,12 +102,6 @@ def test_ports_blocked_leads_the_hang_verdict():
     assert causes.judge(NODES, ranks, {"n1": vars(probe())}, {}) is None
     healthy = [rank(0, "n0", state="ok"), rank(1, "n1", state="ok")]
     assert causes.judge(NODES, healthy, probes, {}) is None  # nothing to explain
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_port_probe_both_ways_over_loopback():

@@ -8,12 +8,7 @@ import time
 from nccldoctor.cluster import gate
 from nccldoctor.cluster.findings import reach_findings
 from nccldoctor.cluster.reach import connect, is_local, locate
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def test_hello_with_the_token_gets_the_run_id_and_the_seen_address():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,14 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 EXAMPLE_JOB = Path(__file__).parent / "example_job.py"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_watch(tmp_path: Path, fault: str | None, hang_after: float = 6.0, extra: tuple = ()):
