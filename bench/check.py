@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.preflight import compile_checkout  # noqa: E402  (bytecode, as pip install writes it)
 from nccldoctor.cluster.netlab import NetLab, netlab_possible  # noqa: E402
 
 TARGET_RATIO = 2.0
@@ -85,6 +86,7 @@ def main() -> int:
     if not netlab_possible():
         print("bench/check.py needs root and ip netns", file=sys.stderr)
         return 2
+    compile_checkout()
     lab = NetLab(2, prefix="198.18.77").build()
     work = Path(tempfile.mkdtemp(prefix="nccldoctor-bench-check-"))
     try:

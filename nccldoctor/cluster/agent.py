@@ -3,10 +3,10 @@
 Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → ports → workers → gather.
 Each has a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank
 0, or the node owning ``--master``) also hosts the store and the gate, and after the exit barrier
-merges every node's report into the cluster report. The workers start on standby as the agent
-starts (launcher: they import torch while the other phases run) and get their rank in the workers
-phase. Any way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one
-``finally`` that ends the workers, on standby or running, and writes the report(s).
+merges every node's report into the cluster report. torch is imported in the background as the
+agent starts, the store's part first, and the workers are forked from the agent with it loaded
+(launcher). Any way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one
+``finally`` that ends the workers and writes the report(s).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class NodeAgent:
         self.keys: rendezvous.Keys | None = None
         self.gate: gate.GateServer | None = None
         self.launched: list[launcher.Launched] = []
-        self.standby: list[launcher.Standby] = []
         self.entries: list[rendezvous.NodeEntry] = []
         self._hello_found: list[Finding] = []
         self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
@@ -78,7 +77,7 @@ class NodeAgent:
     def execute(self) -> tuple[Report, Path]:
         """Run every phase; the report to show (the cluster's on the master) and its path."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        self._background.submit(_import_torch_distributed)  # seconds of import, during preflight
+        self._torch = self._background.submit(_import_torch)  # seconds of CPU, during preflight
         try:
             self._phases()
         except Interrupted as exc:
@@ -101,7 +100,6 @@ class NodeAgent:
             )
         self._stopping = True
         try:
-            launcher.release(self.standby)
             watchdog.stop(self.launched)
             if self.launched and not self.run.ranks:  # interrupted while watching the workers
                 watch = watchdog.observe(self.launched, self.run.node, str(self.run.aborted))
@@ -123,11 +121,7 @@ class NodeAgent:
         raise Interrupted(signal.Signals(signum).name)
 
     def _phases(self) -> None:
-        # Most nodes run one rank (one GPU per container): it starts importing torch now, any
-        # other once preflight has counted the GPUs.
-        self._start_standby(self.config.procs_per_node or 1)
         self._preflight()
-        self._start_standby(self._procs())
         self._reach()
         self._rendezvous()
         self._bootstrap()
@@ -196,18 +190,6 @@ class NodeAgent:
                 )
                 self._bootstrap_probe = (libraries[0], future)
             self.run.area_status.update(pf.area_status)
-
-    def _start_standby(self, count: int) -> None:
-        """Workers for local ranks up to ``count`` import torch while the phases before theirs
-        run (see launcher)."""
-        t = self.config.timeouts
-        wait_s = t.reach + t.rendezvous + t.settle + t.bootstrap + t.startup
-        try:
-            self.standby += launcher.standby(
-                range(len(self.standby), count), self.env, self.node_dir / "standby", wait_s
-            )
-        except OSError as exc:  # only slower: the workers phase starts them and reports why not
-            self.progress(f"workers on standby: {exc}")
 
     def _reach(self) -> None:
         c, t, run = self.config, self.config.timeouts, self.run
@@ -418,8 +400,7 @@ class NodeAgent:
                 out=self.node_dir,
             )
             run.workers_started = True
-            self.launched = launcher.launch(spec, self.env, self.standby)
-            self.standby = []  # each one is a worker in ``launched`` now, or was released
+            self.launched = launcher.launch(spec, self.env, fork=self._can_fork())
             watch = watchdog.monitor(
                 self.launched, run.node, c.timeouts, world.backend, on_change=self.progress
             )
@@ -430,6 +411,15 @@ class NodeAgent:
             elif bad:
                 row["status"] = "fail"
                 row["detail"] = ", ".join(f"rank {r['rank']} {r['state']}" for r in bad)
+
+    def _can_fork(self) -> bool:
+        """Whether the workers can be forked from here: the background import of torch is done
+        (long before this, normally) and CUDA untouched (launcher.forkable)."""
+        try:
+            self._torch.result(timeout=self.config.timeouts.startup)
+        except Exception:  # torch broken or stuck here: each worker starts on its own and says why
+            return False
+        return launcher.forkable()
 
     # -- the end -------------------------------------------------------------------------------
     @property
@@ -479,8 +469,13 @@ class NodeAgent:
         return cluster, cluster_path
 
 
-def _import_torch_distributed() -> None:
+def _import_torch() -> None:
+    """torch.distributed first (the store waits for it), then what the workers use."""
     import torch.distributed  # noqa: F401
+
+    from nccldoctor.cluster.worker import preload_torch
+
+    preload_torch()
 
 
 def run_check(

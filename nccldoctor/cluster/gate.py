@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import select
 import socket
 import threading
@@ -80,12 +81,16 @@ class GateServer:
         for sock in (self._sock, self._probe):
             sock.setblocking(False)  # select says when; a vanished client never blocks accept
         self._closed = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()  # close() wakes the select at once
         self._thread = threading.Thread(target=self._serve, name="nccldoctor-gate", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         self._closed.set()
+        os.write(self._wake_write, b"x")
         self._thread.join(timeout=2)
+        for fd in (self._wake_read, self._wake_write):
+            os.close(fd)
         self._sock.close()
         self._probe.close()
 
@@ -96,8 +101,10 @@ class GateServer:
     def _serve(self) -> None:
         while not self._closed.is_set():
             try:
-                ready = select.select([self._sock, self._probe], [], [], 0.5)[0]
+                ready = select.select([self._sock, self._probe, self._wake_read], [], [])[0]
                 for sock in ready:
+                    if sock is self._wake_read:
+                        return
                     conn, peer = sock.accept()
                     if sock is self._probe:  # connecting was the test: nothing to say
                         conn.close()
@@ -152,8 +159,9 @@ class GateServer:
 
     def _tcp(self, conn: socket.socket, node: str, seconds: float) -> None:
         with self._tcp_turn:
-            _send(conn, {"go": True})
-            received, elapsed = tcpprobe.sink(conn, max_seconds=seconds + _IO_TIMEOUT)
+            received, elapsed = tcpprobe.run_isolated(
+                "sink", conn, seconds + _IO_TIMEOUT, started=lambda: _send(conn, {"go": True})
+            )
             with self._lock:
                 self.tcp_gbps[node] = tcpprobe.gbps(received, elapsed)
             _send(conn, {"bytes": received, "seconds": elapsed})
@@ -265,7 +273,7 @@ def measure_tcp(
             if not json.loads(reader.readline() or b"{}").get("go"):
                 return None, "the master did not start the throughput probe"
             conn.settimeout(_IO_TIMEOUT)
-            tcpprobe.source(conn, seconds)
+            tcpprobe.run_isolated("source", conn, seconds)
             conn.shutdown(socket.SHUT_WR)
             result = json.loads(reader.readline() or b"{}")
             return tcpprobe.gbps(int(result["bytes"]), float(result["seconds"])), ""

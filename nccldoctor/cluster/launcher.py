@@ -1,31 +1,34 @@
 """Start this node's workers exactly as the cluster contract says (CLUSTER-CONTRACT.md, Launch).
 
-One process per local rank: ``python -m nccldoctor.cluster.worker --config <rank_dir>/config.json``
+One process per local rank, running ``nccldoctor.cluster.worker`` on ``<rank_dir>/config.json``
 with the torch launcher variables pointing at the node agents' own store, NCCL's debug output
 sent to a file per rank, and the interface the reach phase found unless the user chose one.
 
-Importing torch takes seconds, so the agent starts the workers on standby as it starts, the rest
-once preflight has counted the GPUs (:func:`standby`: ``worker --standby SECONDS``, the user's env, stdin a pipe), while it runs reach,
-rendezvous and bootstrap. :func:`launch` then hands each one its config and the contract's env
-(``workerconfig.Handoff``, one line on stdin) and moves its log to ``<rank_dir>/worker.log``; a
-standby that is gone or refuses the line is replaced by a fresh ``--config`` process, and one the
-run does not use is killed (:func:`release`: nothing ran in it yet). A standby also ends by itself
-when its stdin closes, so not even a killed agent leaves one behind.
+Importing torch takes seconds of CPU, and the agent imports it anyway for its TCPStore (during
+preflight, in the background, with what the worker phases use). So the workers are forked from
+the agent (:class:`ForkedWorker`): they start with torch loaded, and a node pays for one import,
+not one per process. Neither NCCL nor CUDA is initialised in the agent (preflight loads libnccl
+only for ncclGetVersion, which returns a constant, NVIDIA/nccl src/init.cc; the bootstrap probe
+runs ncclGetUniqueId in a child process of its own), and the child sets the contract's env
+before anything reads it. Where the agent could not import torch, or CUDA was initialised in it, each
+rank is a fresh ``python -m nccldoctor.cluster.worker --config PATH`` instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
-from nccldoctor.cluster.workerconfig import Handoff, WorkerConfig, WorkerTimeouts
+from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
+from nccldoctor.cluster.workerwatch import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
 
 
@@ -52,7 +55,7 @@ class Launched:
     rank: int
     local_rank: int
     rank_dir: Path
-    proc: subprocess.Popen
+    proc: Process
     log_path: Path
 
 
@@ -91,58 +94,12 @@ def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, 
     return env
 
 
-@dataclass
-class Standby:
-    """A worker started before its rank is known, importing torch until its handoff."""
+def launch(spec: WorkerSpec, base_env: Mapping[str, str], fork: bool = False) -> list[Launched]:
+    """Start every local rank, each in its own session so that a Ctrl-C reaches the agent only.
 
-    local_rank: int
-    proc: subprocess.Popen
-    log_path: Path
-    env: dict[str, str]  # what it was started with; the handoff sends the difference
-
-
-def standby(
-    local_ranks: Sequence[int], base_env: Mapping[str, str], folder: Path, wait_s: float
-) -> list[Standby]:
-    """Start workers on standby for ``local_ranks``, for up to ``wait_s`` seconds; logs under
-    ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    started: list[Standby] = []
-    for local_rank in local_ranks:
-        log_path = folder / f"local{local_rank}.log"
-        argv = ["-m", "nccldoctor.cluster.worker", "--standby", f"{wait_s:g}"]
-        try:
-            proc = _start(argv, dict(base_env), log_path, stdin=subprocess.PIPE)
-        except OSError:
-            release(started)
-            raise
-        started.append(Standby(local_rank, proc, log_path, dict(base_env)))
-    return started
-
-
-def release(standbys: Sequence[Standby]) -> None:
-    """Kill standby workers the run will not use; nothing ran in them, so nothing is lost."""
-    for item in standbys:
-        if item.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                os.killpg(item.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):  # a handoff that failed may still be buffered
-            item.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            item.proc.wait(timeout=2)
-        item.log_path.unlink(missing_ok=True)
-    for folder in {item.log_path.parent for item in standbys}:
-        with contextlib.suppress(OSError):
-            folder.rmdir()  # only when empty: a standby that was handed off moved its log
-
-
-def launch(
-    spec: WorkerSpec, base_env: Mapping[str, str], standbys: Sequence[Standby] = ()
-) -> list[Launched]:
-    """Start every local rank, through a standby worker where one is ready; the rest of
-    ``standbys`` is released. Each worker runs in its own session, so a Ctrl-C reaches the
-    agent only."""
-    spare = {item.local_rank: item for item in standbys}
+    ``fork``: the ranks are forked from this process, which must already hold torch and must not
+    have touched CUDA (:func:`forkable`); otherwise each is a fresh ``--config`` process.
+    """
     launched = []
     for local_rank in range(spec.local_world):
         rank = spec.rank_offset + local_rank
@@ -151,33 +108,66 @@ def launch(
         config = worker_config(spec, rank).write(directory / "config.json")
         env = worker_env(spec, rank, local_rank, base_env)
         log_path = directory / "worker.log"
-        item = spare.pop(local_rank, None)
-        proc = _hand_off(item, config, env, log_path) if item else None
-        if proc is None:
+        if fork:
+            proc: Process = ForkedWorker.start(config, env, log_path)
+        else:
             argv = ["-m", "nccldoctor.cluster.worker", "--config", str(config)]
             proc = _start(argv, env, log_path, stdin=subprocess.DEVNULL)
         launched.append(Launched(rank, local_rank, directory, proc, log_path))
-    release(list(spare.values()))
     return launched
 
 
-def _hand_off(
-    item: Standby, config: Path, env: dict[str, str], log_path: Path
-) -> subprocess.Popen | None:
-    """Give a standby worker its rank; None (and the standby ended) when it cannot take it."""
-    changed = {name: value for name, value in env.items() if item.env.get(name) != value}
-    try:
-        if item.proc.poll() is not None:
-            raise OSError(f"the standby ended with status {item.proc.returncode}")
-        item.proc.stdin.write(Handoff(str(config), changed).to_line())
-        item.proc.stdin.close()
-    except OSError:  # gone (its wait ran out, or it crashed importing torch): start afresh
-        release([item])
-        return None
-    os.replace(item.log_path, log_path)  # the same open file, now where the rank's log belongs
-    with contextlib.suppress(OSError):
-        item.log_path.parent.rmdir()
-    return item.proc
+def forkable() -> bool:
+    """Whether a worker may be forked from this process: torch is imported (what the fork
+    saves) and CUDA untouched (a CUDA context does not survive a fork; torch refuses it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and sys.platform == "linux" and not torch.cuda.is_initialized()
+
+
+class ForkedWorker:
+    """A worker forked from the agent: the part of :class:`subprocess.Popen` the watchdog uses
+    (``pid``, ``returncode``, ``poll``, ``wait``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)  # select()able: wait(timeout) without polling
+
+    @classmethod
+    def start(cls, config: Path, env: Mapping[str, str], log_path: Path) -> ForkedWorker:
+        from nccldoctor.cluster import worker
+
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
+            with contextlib.suppress(Exception):
+                stream.flush()
+        # Blocked across the fork: the child must not run the agent's own signal handlers
+        # before the worker takes SIGTERM/SIGINT over (it keeps them blocked, see workerwatch).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                worker.forked_main(str(config), env, log_path)  # never returns
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                os.close(self._pidfd)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None:
+            select.select([self._pidfd], [], [], timeout)
+            if self.poll() is None:
+                raise subprocess.TimeoutExpired(f"worker pid {self.pid}", timeout or 0)
+        return self.returncode
+
+
+Process = subprocess.Popen | ForkedWorker
 
 
 def _start(argv: list[str], env: dict[str, str], log_path: Path, stdin: int) -> subprocess.Popen:

@@ -135,7 +135,7 @@ def gather_entries(
             break
         if time.monotonic() >= deadline:
             break
-        time.sleep(0.2)
+        _wait_a_little(store, [keys.node(joined + 1)])  # the next node's entry wakes us
     entries = []
     late = time.monotonic() + 2  # one grace for every slot taken but not yet written, not one each
     for slot in range(0, joined + 1):
@@ -214,10 +214,20 @@ def gather_results(
                 pending.discard(rank)
         if not pending or time.monotonic() >= deadline:
             break
-        time.sleep(0.2)
+        _wait_a_little(store, [keys.result(rank) for rank in pending])
     last_phase = {}
     for rank in pending:
         last_phase[rank] = (
             store.get(keys.phase(rank)).decode() if store.check([keys.phase(rank)]) else "unknown"
         )
     return results, last_phase
+
+
+def _wait_a_little(store: Any, keys: list[str], seconds: float = 0.2) -> None:
+    """Until every key in ``keys`` is set, or ``seconds``: a loop around this wakes the moment the
+    keys come, and still gets back to Python (a Ctrl-C, its deadline) every ``seconds``."""
+    end = time.monotonic() + seconds
+    try:
+        store.wait(keys, timedelta(seconds=seconds))
+    except Exception:  # timed out (DistStoreError); a store that fails at once must not spin
+        time.sleep(max(0.0, end - time.monotonic()))

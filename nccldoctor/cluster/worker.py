@@ -1,12 +1,8 @@
 """One rank of ``nccldoctor check``: ``python -m nccldoctor.cluster.worker --config PATH``.
 
 Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK, ...;
-MASTER_ADDR:MASTER_PORT is the agents' TCPStore). Or on standby, before the rank is known:
-``--standby SECONDS`` imports torch first, then waits on stdin for one handoff line
-(``workerconfig.Handoff``: the config's path and the contract's env variables, set in os.environ
-before anything of torch.distributed or NCCL runs) and goes on as with ``--config``. It ends
-quietly when stdin closes (the agent ended the run before the workers, or died), on SIGTERM/SIGINT,
-or when SECONDS pass without a handoff. The phases, each under a deadline:
+MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
+agent, which has torch loaded already (:func:`forked_main`). The phases, each under a deadline:
 init → barrier → allreduce_correctness → bandwidth → ddp → checksum → destroy. Everything the
 agent needs lands in the config's rank_dir (see CLUSTER-CONTRACT.md): events.jsonl as it goes,
 result.json on every exit path, stacks.txt on SIGUSR1 or at a missed deadline.
@@ -17,19 +13,20 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import gc
 import os
-import select
 import signal
 import socket
 import struct
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nccldoctor.cluster.collectives import (
     ALLREDUCE,
@@ -39,10 +36,8 @@ from nccldoctor.cluster.collectives import (
     sweep_bandwidth,
 )
 from nccldoctor.cluster.faults import FaultPlan
-from nccldoctor.cluster.workerconfig import Handoff, WorkerConfig
+from nccldoctor.cluster.workerconfig import WorkerConfig
 from nccldoctor.cluster.workerwatch import (
-    POLL_S,
-    STOP_SIGNALS,
     EventLog,
     PhaseWatch,
     StackDump,
@@ -360,75 +355,56 @@ def preload_torch() -> None:
     import torch.utils.data  # noqa: F401
 
 
-def await_handoff(fd: int, wait_s: float) -> Handoff | None:
-    """The agent's handoff line from ``fd``; None when the agent closes the pipe (it ended the
-    run before the workers, or died), a stop signal arrives, or ``wait_s`` passes.
+def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoReturn:
+    """The worker in a child just forked from the agent (launcher.ForkedWorker); never returns.
 
-    Raises:
-        ValueError: the line is not a handoff.
+    The child first becomes what ``python -m nccldoctor.cluster.worker --config`` would be: its
+    own session, stdin /dev/null, stdout and stderr the rank's log, exactly the contract's env
+    (early enough: torch reads RANK, MASTER_* and GLOO_SOCKET_IFNAME when the process group is
+    made, NCCL its NCCL_* at its own init, src/debug.cc ncclDebugInit and src/bootstrap.cc
+    bootstrapNetInit), and none of the agent's descriptors: the store's and the gate's listening
+    sockets held here would outlive the agent. The agent's objects stay alive and
+    uncollected (gc.freeze) until ``os._exit``, so no finaliser of theirs runs in this process.
     """
-    deadline = time.monotonic() + wait_s
-    data = b""
-    while b"\n" not in data:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or signal.sigtimedwait(STOP_SIGNALS, 0) is not None:
-            return None
-        ready, _, _ = select.select([fd], [], [], min(POLL_S, remaining))
-        if ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            data += chunk
-    return Handoff.from_line(data.split(b"\n", 1)[0])
-
-
-def apply_env(env: Mapping[str, str]) -> None:
-    """Set the contract's variables in this process, as if it had been started with them.
-
-    Early enough for every reader: torch reads RANK, MASTER_*, GLOO_SOCKET_IFNAME and the
-    TORCH_NCCL_*/TORCH_FR_* variables when the process group is made (init_process_group), and
-    NCCL reads its own at first use, not when libnccl is loaded: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
-    NCCL_DEBUG_FILE in ncclDebugInit(), run under the first log call (NVIDIA/nccl src/debug.cc,
-    ncclDebugLevel starts at -1), NCCL_SOCKET_IFNAME in bootstrapNetInit() (src/bootstrap.cc),
-    run once from ncclInit() on the first ncclGetUniqueId/ncclCommInitRank. Only
-    PYTHONFAULTHANDLER is read at interpreter start: it is honoured here by hand.
-    """
-    os.environ.update(env)
-    if os.environ.get("PYTHONFAULTHANDLER") and not faulthandler.is_enabled():
-        faulthandler.enable()
+    code = EXIT_ERROR
+    try:
+        os.setsid()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # not the agent's handlers (still blocked)
+            signal.signal(sig, signal.SIG_DFL)
+        gc.collect()  # the agent's garbage closes its descriptors now, before they are reused
+        gc.freeze()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives until os._exit
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(env)
+        if env.get("PYTHONFAULTHANDLER"):  # read at interpreter start, which was the agent's
+            faulthandler.enable()
+        code = main(["--config", config_path])
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     block_stop_signals()  # first, before torch starts any thread (see workerwatch)
     parser = argparse.ArgumentParser(prog="python -m nccldoctor.cluster.worker")
-    how = parser.add_mutually_exclusive_group(required=True)
-    how.add_argument("--config", help="the worker config JSON the agent wrote")
-    how.add_argument(
-        "--standby",
-        type=float,
-        metavar="SECONDS",
-        help="import torch, then wait this long for the agent's handoff line on stdin",
-    )
+    parser.add_argument("--config", required=True, help="the worker config JSON the agent wrote")
     args = parser.parse_args(argv)
-    config_path = args.config
-    if args.standby is not None:
-        preload_torch()
-        try:
-            handoff = await_handoff(sys.stdin.fileno(), args.standby)
-        except ValueError as exc:
-            print(f"nccldoctor worker: bad {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        if handoff is None:
-            return EXIT_OK  # not needed: nothing ran, nothing to report
-        apply_env(handoff.env)
-        config_path = handoff.config
     try:
-        config = WorkerConfig.read(config_path)
+        config = WorkerConfig.read(args.config)
     except (OSError, ValueError) as exc:  # no rank_dir to write a result into: say it on stderr
-        print(f"nccldoctor worker: bad config {config_path}: {exc}", file=sys.stderr)
+        print(f"nccldoctor worker: bad config {args.config}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     worker = Worker(config, os.environ)
-    if args.standby is None and worker.setup_error is None:  # a refused run needs no torch
+    if worker.setup_error is None:  # a refused run needs no torch
         preload_torch()
     code = worker.run()
     sys.stdout.flush()

@@ -3,9 +3,6 @@
 The agent writes one file per rank (``WorkerConfig(...).write(path)``); the worker reads it with
 ``WorkerConfig.read(path)``. Unknown keys are refused and bad values raise ``ValueError`` naming
 the key, so a mismatch between agent and worker shows up as a clear error, not a silent default.
-
-A worker started on standby (before its rank was known) gets the same two things, the config's
-path and the contract's environment, as one :class:`Handoff` line on its stdin.
 """
 
 from __future__ import annotations
@@ -107,48 +104,6 @@ class WorkerConfig:
     @classmethod
     def read(cls, path: str | Path) -> WorkerConfig:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """What a standby worker waits for: its config file and the env variables to set.
-
-    ``env`` holds only what differs from the environment the standby was started with (the
-    contract's variables: RANK, WORLD_SIZE, MASTER_ADDR, NCCL_DEBUG_FILE, ...), so the line stays
-    far below a pipe's buffer and the agent's write never blocks on a worker still importing torch.
-    """
-
-    config: str
-    env: dict[str, str]
-
-    def to_line(self) -> bytes:
-        return json.dumps({"config": self.config, "env": self.env}).encode() + b"\n"
-
-    @classmethod
-    def from_line(cls, line: bytes) -> Handoff:
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"handoff: not JSON: {exc}") from None
-        if not isinstance(data, dict) or set(data) != {"config", "env"}:
-            raise ValueError("handoff: expected an object with exactly 'config' and 'env'")
-        config, env = data["config"], data["env"]
-        if not isinstance(config, str) or not config:
-            raise ValueError(f"handoff: config must be a path, got {config!r}")
-        if not isinstance(env, dict) or not all(_env_item(k, v) for k, v in env.items()):
-            raise ValueError("handoff: env must map variable names to strings")
-        return cls(config, env)
-
-
-def _env_item(name: Any, value: Any) -> bool:
-    """What os.environ accepts: a non-empty name without '=' or NUL, a value without NUL."""
-    return (
-        isinstance(name, str)
-        and isinstance(value, str)
-        and bool(name)
-        and "=" not in name
-        and "\0" not in name + value
-    )
 
 
 def _known(cls: type, data: dict[str, Any], what: str) -> dict[str, Any]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
-from nccldoctor.cluster import gate
+import pytest
+
+from nccldoctor.cluster import gate, tcpprobe
 from nccldoctor.cluster.findings import reach_findings
 from nccldoctor.cluster.reach import connect, is_local, locate
 from tests.ports import free_port
@@ -37,6 +40,46 @@ def test_tcp_throughput_is_measured_by_the_receiver():
         assert server.tcp_gbps["b"] == gbps
     finally:
         server.close()
+
+
+def test_tcp_throughput_is_not_the_agents_gil():
+    """The agent imports torch in a thread while it probes; in-process loops measured that
+    import (0.8 vs 28 Gbit/s here), the probe's own processes measure the wire."""
+
+    def measure() -> float:
+        server = gate.GateServer(free_port(), None, "run1", bind="127.0.0.1")
+        try:
+            gbps, error = gate.measure_tcp(
+                "127.0.0.1", server.port, "b", None, 0.5, time.monotonic() + 20
+            )
+            assert error == "", error
+            return gbps
+        finally:
+            server.close()
+
+    quiet = measure()
+    stop = threading.Event()
+    hog = threading.Thread(target=_hold_the_gil, args=(stop,))
+    hog.start()
+    try:
+        busy = measure()
+    finally:
+        stop.set()
+        hog.join()
+    assert busy > 0.1 * quiet, (busy, quiet)  # the CPU is shared, the GIL is not
+
+
+def _hold_the_gil(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def test_a_failed_probe_loop_is_an_error_with_its_reason():
+    left, right = socket.socketpair()
+    right.close()
+    with pytest.raises(OSError, match=r"the TCP source failed: .*(Broken pipe|reset)"):
+        tcpprobe.run_isolated("source", left, 0.2)
+    left.close()
 
 
 def test_hello_to_nobody_ends_at_its_deadline():

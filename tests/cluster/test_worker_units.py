@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,7 @@ import torch
 from nccldoctor.cluster import collectives, mnist
 from nccldoctor.cluster.collectives import ALLGATHER, ALLREDUCE, BROADCAST, value_modulus
 from nccldoctor.cluster.faults import Fault, FaultPlan, FaultSpecError, parse_faults
-from nccldoctor.cluster.worker import await_handoff
-from nccldoctor.cluster.workerconfig import DEFAULT_BANDWIDTH_SIZES, Handoff, WorkerConfig
+from nccldoctor.cluster.workerconfig import DEFAULT_BANDWIDTH_SIZES, WorkerConfig
 from tests.cluster.idx import idx_bytes, write_mnist
 
 
@@ -201,36 +198,3 @@ def test_missing_mnist_says_where_it_looked_and_synthetic_is_deterministic(tmp_p
     again = mnist.load_mnist(str(tmp_path), samples=64, seed=3)
     assert torch.equal(data.images, again.images) and torch.equal(data.labels, again.labels)
     assert len(set(data.labels.tolist())) > 1
-
-
-def test_handoff_round_trips_and_bad_lines_are_refused():
-    handoff = Handoff("/run/rank3/config.json", {"RANK": "3", "NCCL_DEBUG": "INFO"})
-    assert Handoff.from_line(handoff.to_line()) == handoff
-    for line, message in [
-        (b"{", "not JSON"),
-        (b'{"config": "c"}', "exactly 'config' and 'env'"),
-        (b'{"config": "", "env": {}}', "config must be a path"),
-        (b'{"config": "c", "env": {"A=B": "1"}}', "env must map"),
-        (b'{"config": "c", "env": {"A": 1}}', "env must map"),
-        (b'{"config": "c", "env": {"A": "x\\u0000"}}', "env must map"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            Handoff.from_line(line)
-
-
-def test_await_handoff_reads_one_line_and_gives_up_on_eof_or_deadline():
-    read, write = os.pipe()
-    handoff = Handoff("c.json", {"RANK": "0"})
-    line = handoff.to_line()
-    os.write(write, line[:5])  # a line may come in pieces
-    os.write(write, line[5:])
-    assert await_handoff(read, 5) == handoff
-    os.close(write)
-    assert await_handoff(read, 5) is None  # the agent closed the pipe
-    os.close(read)
-    read, write = os.pipe()
-    started = time.monotonic()
-    assert await_handoff(read, 0.3) is None
-    assert 0.3 <= time.monotonic() - started < 3
-    os.close(read)
-    os.close(write)
