@@ -9,9 +9,10 @@ preflight, in the background, with what the worker phases use). So the workers a
 the agent (:class:`ForkedWorker`): they start with torch loaded, and a node pays for one import,
 not one per process. Neither NCCL nor CUDA is initialised in the agent (preflight loads libnccl
 only for ncclGetVersion, which returns a constant, NVIDIA/nccl src/init.cc; the bootstrap probe
-runs ncclGetUniqueId in a child process of its own), and the child sets the contract's env
-before anything reads it. Where the agent could not import torch, or CUDA was initialised in it, each
-rank is a fresh ``python -m nccldoctor.cluster.worker --config PATH`` instead.
+runs ncclGetUniqueId in a child process of its own; NVML is shut down after preflight), and the
+child sets the contract's env before anything reads it. Where the agent could not import torch,
+or torch says a child could not use CUDA (:func:`forkable`), each rank is a fresh
+``python -m nccldoctor.cluster.worker --config PATH`` instead.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, 
 def launch(spec: WorkerSpec, base_env: Mapping[str, str], fork: bool = False) -> list[Launched]:
     """Start every local rank, each in its own session so that a Ctrl-C reaches the agent only.
 
-    ``fork``: the ranks are forked from this process, which must already hold torch and must not
-    have touched CUDA (:func:`forkable`); otherwise each is a fresh ``--config`` process.
+    ``fork``: the ranks are forked from this process, which must hold torch and leave CUDA usable
+    to a child (:func:`forkable`); otherwise each is a fresh ``--config`` process.
     """
     launched = []
     for local_rank in range(spec.local_world):
@@ -119,9 +120,22 @@ def launch(spec: WorkerSpec, base_env: Mapping[str, str], fork: bool = False) ->
 
 def forkable() -> bool:
     """Whether a worker may be forked from this process: torch is imported (what the fork
-    saves) and CUDA untouched (a CUDA context does not survive a fork; torch refuses it)."""
+    saves), and a child could still use CUDA. Once CUDA was initialised here (a device count
+    is enough), torch marks every child a "bad fork" that cannot; a child forked to ask says."""
     torch = sys.modules.get("torch")
-    return torch is not None and sys.platform == "linux" and not torch.cuda.is_initialized()
+    if torch is None or sys.platform != "linux":
+        return False
+    in_bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
+    if in_bad_fork is None:  # torch no longer says: fork only a build without CUDA
+        return torch.version.cuda is None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 1 if in_bad_fork() else 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 class ForkedWorker:

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 
@@ -38,7 +39,6 @@ def spec_for(out, store, local_world: int, **timeouts: float) -> launcher.Worker
 
 @pytest.mark.parametrize("fork", [True, False], ids=["forked", "fresh"])
 def test_workers_run_every_phase_with_their_rank(tmp_path, store, fork):
-    assert launcher.forkable()  # torch loaded, CUDA untouched (a CPU build never has it)
     launched = launcher.launch(spec_for(tmp_path, store, 2), base_env(), fork=fork)
 
     kind = launcher.ForkedWorker if fork else subprocess.Popen
@@ -80,6 +80,15 @@ def test_a_forked_worker_holds_none_of_the_agents_descriptors_and_stops_like_a_f
     result = json.loads((item.rank_dir / "result.json").read_text())
     assert result["error"] == "init: stopped by SIGTERM"
     listener.close()
+
+
+def test_only_a_process_holding_torch_forks_its_workers(store):
+    assert launcher.forkable()  # torch here (the store fixture), CUDA usable by a child
+    without = subprocess.run(
+        [sys.executable, "-c", "from nccldoctor.cluster import launcher; print(launcher.forkable())"],
+        env=base_env(), capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert without.stdout.strip() == "False"  # nothing to save: each rank starts on its own
 
 
 def test_a_forked_worker_with_a_bad_config_exits_3_and_never_returns_here(tmp_path):
