@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -70,6 +71,7 @@ class NodeAgent:
         self._hello_found: list[Finding] = []
         self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
         self._bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
+        self._torch_loaded = threading.Event()
         self._stopping = False
         self.started = time.monotonic()
 
@@ -77,7 +79,9 @@ class NodeAgent:
     def execute(self) -> tuple[Report, Path]:
         """Run every phase; the report to show (the cluster's on the master) and its path."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        self._torch = self._background.submit(_import_torch)  # seconds of CPU, during preflight
+        # Seconds of CPU: torch's own libraries first (then preflight may load others), then
+        # what the workers use, while the phases up to theirs run.
+        self._torch = self._background.submit(_import_torch, self._torch_loaded)
         try:
             self._phases()
         except Interrupted as exc:
@@ -169,6 +173,10 @@ class NodeAgent:
     # -- phases --------------------------------------------------------------------------------
     def _preflight(self) -> None:
         with self.phase("preflight"):
+            # Preflight loads libnccl and libcudart by path to ask their versions. The dynamic
+            # loader hands a loaded soname to every later DT_NEEDED of that name, so loaded
+            # before torch's own, torch (and every worker forked from here) would run them.
+            self._torch_loaded.wait(self.config.timeouts.startup)
             pf = run_preflight(
                 master=self.config.master,
                 env=self.env,
@@ -469,10 +477,12 @@ class NodeAgent:
         return cluster, cluster_path
 
 
-def _import_torch() -> None:
-    """torch.distributed first (the store waits for it), then what the workers use."""
-    import torch.distributed  # noqa: F401
-
+def _import_torch(loaded: threading.Event) -> None:
+    """torch.distributed first (the store and preflight wait for it), then what the workers use."""
+    try:
+        import torch.distributed  # noqa: F401
+    finally:
+        loaded.set()  # a broken torch is preflight's to report, not to wait for
     from nccldoctor.cluster.worker import preload_torch
 
     preload_torch()

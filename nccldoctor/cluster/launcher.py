@@ -7,10 +7,11 @@ sent to a file per rank, and the interface the reach phase found unless the user
 Importing torch takes seconds of CPU, and the agent imports it anyway for its TCPStore (during
 preflight, in the background, with what the worker phases use). So the workers are forked from
 the agent (:class:`ForkedWorker`): they start with torch loaded, and a node pays for one import,
-not one per process. Neither NCCL nor CUDA is initialised in the agent (preflight loads libnccl
-only for ncclGetVersion, which returns a constant, NVIDIA/nccl src/init.cc; the bootstrap probe
-runs ncclGetUniqueId in a child process of its own; NVML is shut down after preflight), and the
-child sets the contract's env before anything reads it. Where the agent could not import torch,
+not one per process. Neither NCCL nor CUDA is initialised in the agent: preflight loads libnccl
+(after torch loaded its own, see agent.py) only for ncclGetVersion, which returns a constant
+(NVIDIA/nccl src/init.cc); the bootstrap probe runs ncclGetUniqueId in a child process of its
+own; NVML is shut down after preflight. The child sets the contract's env before anything
+reads it. Where the agent could not import torch,
 or torch says a child could not use CUDA (:func:`forkable`), each rank is a fresh
 ``python -m nccldoctor.cluster.worker --config PATH`` instead.
 """
