@@ -1,4 +1,7 @@
-"""Start this node's workers exactly as the cluster contract says (CLUSTER-CONTRACT.md, Launch).
+"""Start this node's workers as the cluster contract says (DESIGN.md, the cluster run, phase 5).
+
+The contract between agent and worker lives in code: the config JSON (``workerconfig``), the env
+(:func:`worker_env`), and what a worker leaves in its rank folder (``worker``, ``workerwatch``).
 
 One process per local rank, running ``nccldoctor.cluster.worker`` on ``<rank_dir>/config.json``
 with the torch launcher variables pointing at the node agents' own store, NCCL's debug output
