@@ -14,9 +14,8 @@ not one per process. Neither NCCL nor CUDA is initialised in the agent: prefligh
 (after torch loaded its own, see agent.py) only for ncclGetVersion, which returns a constant
 (NVIDIA/nccl src/init.cc); the bootstrap probe runs ncclGetUniqueId in a child process of its
 own; NVML is shut down after preflight. The child sets the contract's env before anything
-reads it. Where the agent could not import torch,
-or torch says a child could not use CUDA (:func:`forkable`), each rank is a fresh
-``python -m nccldoctor.cluster.worker --config PATH`` instead.
+reads it. Where the agent could not import torch, or torch says a child could not use CUDA
+(:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker --config PATH``.
 """
 
 from __future__ import annotations
@@ -155,8 +154,10 @@ class ForkedWorker:
     def start(cls, config: Path, env: Mapping[str, str], log_path: Path) -> ForkedWorker:
         from nccldoctor.cluster import worker
 
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
-            with contextlib.suppress(Exception):
+        # The child writes to fresh streams, but a stale reference to these (a logging handler's)
+        # would write the agent's pending output into the rank's log.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # None, or closed
                 stream.flush()
         # Blocked across the fork: the child must not run the agent's own signal handlers
         # before the worker takes SIGTERM/SIGINT over (it keeps them blocked, see workerwatch).
