@@ -35,6 +35,15 @@ def lab_out(lab, host):
     return lab.reports / host.name
 
 
+def wait_all_ok(lab, runs, deadline=HEALTHY_DEADLINE):
+    """Until every run ends: each exits 0 within ``deadline`` and leaves its node report."""
+    lab.wait(runs, deadline)
+    for run in runs:
+        assert run.rc == 0, (run.host.name, run.stderr[-3000:])
+        assert run.elapsed < deadline
+    assert_reports(runs)
+
+
 def assert_reports(runs):
     for run in runs:
         doc = run.node_report()
@@ -49,11 +58,7 @@ def names(findings, **where):
 def test_healthy_two_nodes(lab):
     lab = lab(2)
     runs = start_all(lab, 2)
-    lab.wait(runs, HEALTHY_DEADLINE)
-    for run in runs:
-        assert run.rc == 0, run.stderr[-3000:]
-        assert run.elapsed < HEALTHY_DEADLINE
-    assert_reports(runs)
+    wait_all_ok(lab, runs)
     cluster = runs[0].cluster_report()
     assert cluster["verdict"] in ("healthy", "warnings")  # a CPU machine has no GPU: a warning
     assert cluster["exit_code"] == 0

@@ -12,7 +12,15 @@ import json
 
 import pytest
 
-from tests.cluster.test_check_netns import FAST, PORT, WAIT, assert_reports, lab_out, start_all
+from tests.cluster.test_check_netns import (
+    FAST,
+    PORT,
+    WAIT,
+    assert_reports,
+    lab_out,
+    start_all,
+    wait_all_ok,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -41,11 +49,7 @@ def assert_cluster_shape(cluster):
 def test_healthy_eight_nodes_sixteen_ranks(lab):
     lab = lab(NODES)
     runs = start_all(lab, NODES, extra=[*LEAN, *ROOMY_COLLECTIVES])
-    lab.wait(runs, HEALTHY_DEADLINE)
-    for run in runs:
-        assert run.rc == 0, (run.host.name, run.stderr[-3000:])
-        assert run.elapsed < HEALTHY_DEADLINE
-    assert_reports(runs)
+    wait_all_ok(lab, runs, HEALTHY_DEADLINE)
     cluster = runs[0].cluster_report()
     assert cluster["verdict"] in ("healthy", "warnings")  # no GPU on a CPU machine: a warning
     assert cluster["exit_code"] == 0 and cluster["completed"] is True
