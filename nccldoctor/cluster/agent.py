@@ -422,7 +422,7 @@ class NodeAgent:
 
     def _can_fork(self) -> bool:
         """Whether the workers can be forked from here: the background import of torch is done
-        (long before this, normally) and CUDA untouched (launcher.forkable)."""
+        (long before this, normally) and a child could still use CUDA (launcher.forkable)."""
         try:
             self._torch.result(timeout=self.config.timeouts.startup)
         except Exception:  # torch broken or stuck here: each worker starts on its own and says why
