@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.preflight import compile_checkout  # noqa: E402  (bytecode, as pip install writes it)
-from nccldoctor.cluster.netlab import NetLab, netlab_possible  # noqa: E402
+from nccldoctor.lab.netns import NetLab, netlab_possible  # noqa: E402
 
 TARGET_RATIO = 2.0
 HANG_SLACK_S = 5.0

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import check  # noqa: E402  (its way of starting the check on every host)
-from nccldoctor.cluster.netlab import NetLab, netlab_possible  # noqa: E402
+from nccldoctor.lab.netns import NetLab, netlab_possible  # noqa: E402
 from nccldoctor.report.load import report_from_document  # noqa: E402
 from nccldoctor.report.merge import merge_reports  # noqa: E402
 from tests.cluster.synthetic import synthetic_run  # noqa: E402

@@ -1,9 +1,19 @@
 """The rules: small pure functions over Facts, registered by id, in the manner of `brew doctor`.
 
-A check takes the facts of one node (``scope="node"``) or of every node (``scope="cluster"``)
-and returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns each
-Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and category,
-and turns a crashing check into a ``<id>.crashed`` finding instead of a traceback.
+Every finding nccldoctor reports is born in exactly one check registered here. A check is a pure
+function over one *subject*, named by its scope:
+
+- ``node``: the Facts of one node (probes' output);
+- ``cluster``: the Facts of every node of a run (cross-node consistency);
+- ``run``: what a node's cluster run observed before and around its workers (reach, the
+  master's listener, rendezvous, port probes);
+- ``ranks``: how the ranks of a run ended (the workers' outcomes, the hang analysis);
+- ``logs``: the summary of NCCL/PyTorch logs (one job's ranks, or pasted logs);
+- ``job``: what `nccldoctor watch` saw of the user's own job.
+
+A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
+each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
+category, and turns a crashing check into a ``<id>.crashed`` finding instead of a traceback.
 
 Adding a check is one decorated function in the module of its area; nothing else changes.
 """
@@ -19,7 +29,8 @@ from typing import Any, Literal
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal["node", "cluster"]
+Scope = Literal["node", "cluster", "run", "ranks", "logs", "job"]
+SCOPES: tuple[Scope, ...] = ("node", "cluster", "run", "ranks", "logs", "job")
 
 
 @dataclass
@@ -91,6 +102,9 @@ def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callab
     if category not in CATEGORIES:
         raise ValueError(f"check {id}: unknown category {category!r}")
 
+    if scope not in SCOPES:
+        raise ValueError(f"check {id}: unknown scope {scope!r}")
+
     def register(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
         if id in _REGISTRY:
             raise ValueError(f"check id {id} registered twice")
@@ -124,21 +138,23 @@ def get_check(id: str) -> Check | None:
     return _REGISTRY.get(id)
 
 
-def run_node_checks(facts: Any, only: Sequence[str] | None = None) -> list[Finding]:
-    """Run every node-scope check (or those in ``only``) over one node's facts."""
+def run_checks(
+    scope: Scope, subject: Any, node: str | None = None, only: Sequence[str] | None = None
+) -> list[Finding]:
+    """Run every check of ``scope`` (or those in ``only``) over ``subject``, in id order."""
     return [
         finding
-        for c in all_checks("node")
+        for c in all_checks(scope)
         if only is None or c.id in only
-        for finding in c.run(facts, node=getattr(facts, "node", None))
+        for finding in c.run(subject, node=node)
     ]
+
+
+def run_node_checks(facts: Any, only: Sequence[str] | None = None) -> list[Finding]:
+    """Run every node-scope check (or those in ``only``) over one node's facts."""
+    return run_checks("node", facts, getattr(facts, "node", None), only)
 
 
 def run_cluster_checks(nodes: Sequence[Any], only: Sequence[str] | None = None) -> list[Finding]:
     """Run every cluster-scope check over the facts of all nodes."""
-    return [
-        finding
-        for c in all_checks("cluster")
-        if only is None or c.id in only
-        for finding in c.run(list(nodes))
-    ]
+    return run_checks("cluster", list(nodes), None, only)

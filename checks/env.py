@@ -1,6 +1,6 @@
 """Environment checks: NCCL variables that are misspelled, malformed, ignored or costly.
 
-The env probe parsed every NCCL_* value with NCCL's own rules (nccldoctor/probes/nccl_rules.py)
+The env probe parsed every NCCL_* value with NCCL's own rules (nccldoctor/nccl/rules.py)
 and kept what did not fit as EnvProblems; these checks say how bad each one is.
 """
 
@@ -11,8 +11,8 @@ from checks.netfacts import suggested_ifname
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.env import EnvProblem
 from nccldoctor.model import Severity
-from nccldoctor.probes.env import TORCH_NCCL_ALIASES, TORCH_NCCL_BOOLS, TORCH_NCCL_INTS
-from nccldoctor.probes.nccl_rules import strtoll
+from nccldoctor.nccl.env import TORCH_NCCL_ALIASES, TORCH_NCCL_BOOLS, TORCH_NCCL_INTS
+from nccldoctor.nccl.rules import strtoll
 
 # An invalid NCCL_ALGO / NCCL_PROTO makes every collective fail (ncclInvalidUsage, 2.24+); torch
 # refuses to create the process group over a bad TORCH_NCCL_* value.

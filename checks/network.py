@@ -23,7 +23,7 @@ from checks.netfacts import (
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.env import IfList
 from nccldoctor.model import Severity
-from nccldoctor.probes.nccl_rules import (
+from nccldoctor.nccl.rules import (
     candidates,
     find_interfaces,
     if_list_matches,

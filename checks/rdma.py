@@ -13,7 +13,7 @@ from checks import Problem, check
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.rdma import Gid, Hca, IbPort
 from nccldoctor.model import Severity
-from nccldoctor.probes.nccl_rules import if_list_matches, strtoll
+from nccldoctor.nccl.rules import if_list_matches, strtoll
 
 
 def _ib_disabled(facts: NodeFacts) -> bool:

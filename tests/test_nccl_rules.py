@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccldoctor.probes.nccl_rules import (
+from nccldoctor.nccl.rules import (
     NCCL_ALGOS,
     NCCL_PROTOS,
     Candidate,

@@ -8,9 +8,10 @@ from pathlib import Path
 from hostfacts import HOSTS, copy_host
 
 from nccldoctor.facts import EnvFacts, RdmaFacts, from_dict, to_dict
+from nccldoctor.nccl.env import nccl_variables
 from nccldoctor.probes import env as env_probe
 from nccldoctor.probes import rdma
-from nccldoctor.probes.env import nccl_variables, redact
+from nccldoctor.probes.env import redact
 
 
 def test_two_hcas_one_port_down():

@@ -100,7 +100,7 @@ def check(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Check that the nodes can train together. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
-    from nccldoctor.cluster.agent import run_check
+    from nccldoctor.cluster.agent.node import run_check
 
     try:
         config = config_from_args(

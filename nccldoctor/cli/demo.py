@@ -29,8 +29,8 @@ def demo(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
-    from nccldoctor.cluster.demo import run_demo
-    from nccldoctor.cluster.netlab import NetLabError
+    from nccldoctor.lab.demo import run_demo
+    from nccldoctor.lab.netns import NetLabError
 
     if not 1 <= nodes <= 16 or procs_per_node < 1:
         raise abort("--nodes must be 1..16 and --procs-per-node at least 1")

@@ -1,7 +1,7 @@
 """Finding ids that the code builds itself (the cluster run, the log parser, watch, report merge).
 
 Checks and log signatures are registered; these are not: ``Finding("run.nat", "docker_network",
-...)`` in ``nccldoctor/cluster/findings.py`` and the like. To give each a page that cannot drift,
+...)`` in ``nccldoctor/cluster/diagnosis/findings.py`` and the like. To give each a page that cannot drift,
 the generator reads them from the source with :mod:`ast`: every call of ``Finding`` or of a
 helper whose name contains ``finding`` whose id (first argument or ``id=``) is a string literal,
 or a conditional choosing between literals. Category, area, title and fix are taken when they are

@@ -22,15 +22,15 @@ from pathlib import Path
 
 from nccldoctor.facts import NetworkFacts
 from nccldoctor.facts.network import Interface
-from nccldoctor.probes import netpath
-from nccldoctor.probes.env import effective_nccl_env
-from nccldoctor.probes.nccl_rules import (
+from nccldoctor.nccl.rules import (
     candidates,
     default_pick,
     find_interfaces,
     parse_if_list,
     socket_family,
 )
+from nccldoctor.probes import netpath
+from nccldoctor.probes.env import effective_nccl_env
 from nccldoctor.probes.python_env import is_live
 from nccldoctor.probes.sysfs import list_dir, read_int, read_line, read_text, under
 

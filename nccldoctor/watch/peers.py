@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from nccldoctor.cluster.reach import is_local
-from nccldoctor.cluster.rendezvous import RendezvousError, connect_store, host_store
+from nccldoctor.cluster.agent.reach import is_local
+from nccldoctor.cluster.agent.rendezvous import RendezvousError, connect_store, host_store
 from nccldoctor.facts import from_dict
 from nccldoctor.watch.evidence import RankEvidence
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nccldoctor.model import Finding, Severity
-from nccldoctor.watch.evidence import RankEvidence
-from nccldoctor.watch.stacks import (
+from nccldoctor.forensics.stacks import (
     in_collective,
     main_thread_frames,
     traceback_frames,
     user_frame,
 )
+from nccldoctor.model import Finding, Severity
+from nccldoctor.watch.evidence import RankEvidence
 
 
 @dataclass

@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from nccldoctor.cluster.collectives import (
+from nccldoctor.cluster.worker.collectives import (
     ALLGATHER,
     COLLECTIVES,
     Comm,

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
+from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL_SIZES = [4**k for k in range(1, 11)]  # 4 B … 1 MiB: quick on two cores
@@ -87,7 +87,7 @@ def launch(
             **{k: v for k, v in config.items() if k not in ("bandwidth_sizes", "ddp_steps")},
         )
         path = cfg.write(rank_dir / "config.json")
-        commands.append(["-m", "nccldoctor.cluster.worker", "--config", str(path)])
+        commands.append(["-m", "nccldoctor.cluster.worker.rank", "--config", str(path)])
     return spawn(tmp, store, commands, fault=fault)
 
 

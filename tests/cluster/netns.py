@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nccldoctor.cluster.netlab import LabHost, NetLab, netlab_possible
+from nccldoctor.lab.netns import LabHost, NetLab, netlab_possible
 
 REPO = Path(__file__).resolve().parents[2]
 

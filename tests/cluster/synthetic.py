@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import merge
-from nccldoctor.cluster.gate import Hello
-from nccldoctor.cluster.rendezvous import NodeEntry, World, WorldNode
+from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, WorldNode
+from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.report import Report
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "check-gloo-1node.json"

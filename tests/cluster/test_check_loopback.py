@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nccldoctor.cluster.demo import _free_port_pair
+from nccldoctor.lab.demo import _free_port_pair
 
 pytestmark = [pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

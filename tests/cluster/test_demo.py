@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nccldoctor.cluster.demo import run_demo
 from nccldoctor.cluster.timeouts import timeouts_from
+from nccldoctor.lab.demo import run_demo
 from tests.cluster.netns import netns_available
 
 pytestmark = [pytest.mark.slow]

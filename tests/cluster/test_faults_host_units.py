@@ -7,15 +7,15 @@ import socket
 from pathlib import Path
 
 from checks import get_check
+from nccldoctor.cluster.agent.gather import master_lost
+from nccldoctor.cluster.agent.reach import ReachResult, locate, still_listening
+from nccldoctor.cluster.agent.rendezvous import World, WorldNode
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import master_loopback_findings, master_lost_findings
-from nccldoctor.cluster.gather import master_lost
-from nccldoctor.cluster.netlab import isolated
-from nccldoctor.cluster.noderun import NodeRun
-from nccldoctor.cluster.reach import ReachResult, locate, still_listening
-from nccldoctor.cluster.rendezvous import World, WorldNode
-from nccldoctor.cluster.verdict import hang_section, rank_findings
+from nccldoctor.cluster.diagnosis.findings import master_loopback_findings, master_lost_findings
+from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
+from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from nccldoctor.cluster.findings import interface_findings, nccl_matches, rendezvous_findings
-from nccldoctor.cluster.gate import Hello
-from nccldoctor.cluster.rendezvous import NodeEntry, World, plan_world
-from nccldoctor.cluster.verdict import categorize, hang_section, rank_findings
+from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
+from nccldoctor.cluster.diagnosis.findings import (
+    interface_findings,
+    nccl_matches,
+    rendezvous_findings,
+)
+from nccldoctor.cluster.diagnosis.verdict import categorize, hang_section, rank_findings
 
 IFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.0.2"], "eth10": ["198.18.9.2"],
           "br-1a": ["198.19.0.1"], "ib0": []}  # fmt: skip
@@ -115,7 +119,7 @@ def test_categorize_error_text():
 
 
 def test_main_thread_frame_of_a_faulthandler_dump():
-    from nccldoctor.cluster.verdict import main_thread_frame
+    from nccldoctor.cluster.diagnosis.verdict import main_thread_frame
 
     dump = (
         "Current thread 0x1 (most recent call first):\n"

@@ -8,10 +8,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from nccldoctor.cluster import gather
-from nccldoctor.cluster.rendezvous import Keys, NodeEntry, gather_entries
+from nccldoctor.cluster.agent import gather
+from nccldoctor.cluster.agent.rendezvous import Keys, NodeEntry, gather_entries
+from nccldoctor.cluster.diagnosis.verdict import (
+    VERDICT_GROUPS,
+    hang_section,
+    rank_findings,
+    rank_label,
+)
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
-from nccldoctor.cluster.verdict import VERDICT_GROUPS, hang_section, rank_findings, rank_label
 from nccldoctor.report.answer import answer
 from nccldoctor.report.load import report_from_document
 from nccldoctor.report.merge import merge_reports
@@ -143,10 +148,10 @@ def test_among_stuck_ranks_the_one_outside_the_collective_is_the_cause():
     together with the one they wait for; the stacks tell them apart, not who ended first."""
     waiting = _rank(15, "stuck", "barrier: timed out after 8 s (worker deadline)")
     waiting["stacks"] = _stacks(".../torch/distributed/distributed_c10d.py, line 4159 in barrier",
-                                ".../nccldoctor/cluster/worker.py, line 180 in _phases")  # fmt: skip
+                                ".../nccldoctor/cluster/worker/rank.py, line 180 in _phases")  # fmt: skip
     hanging = _rank(11, "stuck", "barrier: timed out after 8 s (worker deadline)")
-    hanging["stacks"] = _stacks(".../nccldoctor/cluster/faults.py, line 94 in hang_forever",
-                                ".../nccldoctor/cluster/worker.py, line 146 in phase")  # fmt: skip
+    hanging["stacks"] = _stacks(".../nccldoctor/cluster/worker/faults.py, line 94 in hang_forever",
+                                ".../nccldoctor/cluster/worker/rank.py, line 146 in phase")  # fmt: skip
     waiting["ended_at"] = hanging["ended_at"] - 0.5  # its deadline fired first
     verdict = hang_section([waiting, hanging])["verdict"]
     assert verdict.startswith("rank 11 on node node5 never finished barrier; rank 15 on node node7")

@@ -8,10 +8,10 @@ import textwrap
 import time
 from pathlib import Path
 
-from nccldoctor.cluster.launcher import Launched
-from nccldoctor.cluster.results import worker_sections
+from nccldoctor.cluster.agent.launcher import Launched
+from nccldoctor.cluster.agent.monitor import GRACE_S, last_nccl_lines, monitor
+from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
-from nccldoctor.cluster.watchdog import GRACE_S, last_nccl_lines, monitor
 
 # A process speaking the worker's side of the contract: events, heartbeats, SIGUSR1 stacks.
 CHILD = textwrap.dedent("""

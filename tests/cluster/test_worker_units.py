@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nccldoctor.cluster import collectives, mnist
-from nccldoctor.cluster.collectives import ALLGATHER, ALLREDUCE, BROADCAST, value_modulus
-from nccldoctor.cluster.faults import Fault, FaultPlan, FaultSpecError, parse_faults
-from nccldoctor.cluster.workerconfig import DEFAULT_BANDWIDTH_SIZES, WorkerConfig
+from nccldoctor.cluster.worker import collectives, mnist
+from nccldoctor.cluster.worker.collectives import ALLGATHER, ALLREDUCE, BROADCAST, value_modulus
+from nccldoctor.cluster.worker.config import DEFAULT_BANDWIDTH_SIZES, WorkerConfig
+from nccldoctor.cluster.worker.faults import Fault, FaultPlan, FaultSpecError, parse_faults
 from tests.cluster.idx import idx_bytes, write_mnist
 
 

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from nccldoctor.forensics.stacks import main_thread_frames, traceback_frames, user_frame
 from nccldoctor.watch.evidence import RankProcess, collect, known_processes
 from nccldoctor.watch.liveness import LivenessTracker, Sample
-from nccldoctor.watch.stacks import main_thread_frames, traceback_frames, user_frame
 from nccldoctor.watch.supervisor import job_env
 
 SLEEPER = """

@@ -10,12 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import merge, rendezvous
+from nccldoctor.cluster.agent import rendezvous
+from nccldoctor.cluster.agent.listener import MasterListener
+from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import master_lost_findings
-from nccldoctor.cluster.gate import GateServer
-from nccldoctor.cluster.noderun import NodeRun
-from nccldoctor.cluster.reach import still_listening
+from nccldoctor.cluster.diagnosis import merge
+from nccldoctor.cluster.diagnosis.findings import master_lost_findings
+from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.report import Report
 
 
@@ -57,7 +58,7 @@ def cluster_report(
     store: Any,
     keys: rendezvous.Keys | None,
     exit_barrier_s: float,
-    gate: GateServer | None,
+    gate: MasterListener | None,
     entries: Sequence[rendezvous.NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],

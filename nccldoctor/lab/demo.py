@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccldoctor.cluster.netlab import NetLab, netlab_possible
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.lab.netns import NetLab, netlab_possible
 from nccldoctor.report import Report, load_report
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nccldoctor.cluster.launcher import Launched
+from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.timeouts import Timeouts
 
 # Past a phase budget before the agent steps in: the backend's timeout and then the worker's own

@@ -12,9 +12,9 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 
 from checks.netfacts import interface_named, master_interface
-from nccldoctor.cluster.gate import Hello, HelloReply, PortProbe
-from nccldoctor.cluster.reach import ReachResult
-from nccldoctor.cluster.rendezvous import NodeEntry, World
+from nccldoctor.cluster.agent.listener import Hello, HelloReply, PortProbe
+from nccldoctor.cluster.agent.reach import ReachResult
+from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Finding, Severity
 

@@ -4,7 +4,7 @@ The report divides the largest allreduce's bus bandwidth by this, so the user se
 fraction of the wire the collectives reach. Both loops are bounded in time.
 
 Each loop runs in a process of its own (:func:`run_isolated`, ``python -m
-nccldoctor.cluster.tcpprobe source|sink SECONDS`` on the connection as stdin): the agent imports
+nccldoctor.cluster.agent.tcpprobe source|sink SECONDS`` on the connection as stdin): the agent imports
 torch in another thread meanwhile, and a loop sharing that GIL waits up to the switch interval
 (5 ms) after every send or receive, so it would measure the import, not the wire.
 """
@@ -83,7 +83,7 @@ def run_isolated(
     Raises:
         OSError: the child failed (its stderr is the message) or ran past its bound.
     """
-    argv = [sys.executable, "-m", "nccldoctor.cluster.tcpprobe", role, f"{seconds:g}"]
+    argv = [sys.executable, "-m", "nccldoctor.cluster.agent.tcpprobe", role, f"{seconds:g}"]
     with subprocess.Popen(argv, stdin=conn.fileno(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as child:  # fmt: skip
         try:

@@ -22,17 +22,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster import gate, gather, launcher, rendezvous, results, watchdog
+from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendezvous
+from nccldoctor.cluster.agent.reach import ReachResult, connect, is_local, local_interfaces, locate
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import (
+from nccldoctor.cluster.diagnosis import results
+from nccldoctor.cluster.diagnosis.findings import (
     hello_findings,
     interface_findings,
     master_loopback_findings,
     port_findings,
     reach_findings,
 )
-from nccldoctor.cluster.noderun import NodeRun, bootstrap_interface, build_node_report
-from nccldoctor.cluster.reach import ReachResult, connect, is_local, local_interfaces, locate
+from nccldoctor.cluster.diagnosis.node_report import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.facts import to_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
@@ -65,7 +66,7 @@ class NodeAgent:
         self.run = NodeRun(config.node_name)
         self.store: Any = None
         self.keys: rendezvous.Keys | None = None
-        self.gate: gate.GateServer | None = None
+        self.gate: listener.MasterListener | None = None
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
         self._hello_found: list[Finding] = []
@@ -104,9 +105,9 @@ class NodeAgent:
             )
         self._stopping = True
         try:
-            watchdog.stop(self.launched)
+            monitor.stop(self.launched)
             if self.launched and not self.run.ranks:  # interrupted while watching the workers
-                watch = watchdog.observe(self.launched, self.run.node, str(self.run.aborted))
+                watch = monitor.observe(self.launched, self.run.node, str(self.run.aborted))
                 self.run.ranks, self.run.rank_phases, self.run.worker_results = (
                     results.worker_sections(watch)
                 )
@@ -222,7 +223,7 @@ class NodeAgent:
             run.reach = asdict(result)
             if not result.connected:
                 if not run.is_master:
-                    gate.send_note(address, c.gate_port, run.node, c.token, str(result.error))
+                    listener.send_note(address, c.gate_port, run.node, c.token, str(result.error))
                 self._fail(reach_findings(result, c.port, run.node), f"reach: {result.error}")
             if run.hello and not run.hello["ok"]:
                 self._fail(self._hello_found, f"reach: {run.hello['error']}")
@@ -230,7 +231,7 @@ class NodeAgent:
     def _hello(self, result: ReachResult, deadline: float) -> None:
         c, run = self.config, self.run
         address, advertised = result.addresses[0], result.source or ""
-        reply = gate.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
+        reply = listener.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
         run.hello = {
             "ok": reply.ok,
             "seen": reply.seen,
@@ -254,7 +255,7 @@ class NodeAgent:
         budget = c.timeouts.rendezvous + c.timeouts.workers_total() + c.timeouts.exit_barrier
         try:
             self.store = rendezvous.host_store(c.port, budget)
-            self.gate = gate.GateServer(c.gate_port, c.token, self.run.run_id)
+            self.gate = listener.MasterListener(c.gate_port, c.token, self.run.run_id)
         except Exception as exc:
             self._fail(
                 [
@@ -364,7 +365,7 @@ class NodeAgent:
             seconds = c.timeouts.tcp_turn(probers)
             deadline = time.monotonic() + probers * (seconds + 6)
             address = run.reach["addresses"][0]
-            gbps, error = gate.measure_tcp(
+            gbps, error = listener.measure_tcp(
                 address, c.gate_port, run.node, c.token, seconds, deadline
             )
             run.tcp_gbps = gbps
@@ -380,7 +381,7 @@ class NodeAgent:
             if run.is_master or not probe_port:
                 row["status"], row["detail"] = "skipped", "the master listens"
                 return
-            probe = gate.probe_ports(run.reach["addresses"][0], c.gate_port, probe_port, run.node,
+            probe = listener.probe_ports(run.reach["addresses"][0], c.gate_port, probe_port, run.node,
                                      c.token, c.timeouts.port_probe)  # fmt: skip
             run.port_probe = asdict(probe)
             found = port_findings(probe, run.node, run.facts)
@@ -409,7 +410,7 @@ class NodeAgent:
             )
             run.workers_started = True
             self.launched = launcher.launch(spec, self.env, fork=self._can_fork())
-            watch = watchdog.monitor(
+            watch = monitor.monitor(
                 self.launched, run.node, c.timeouts, world.backend, on_change=self.progress
             )
             run.ranks, run.rank_phases, run.worker_results = results.worker_sections(watch)
@@ -483,7 +484,7 @@ def _import_torch(loaded: threading.Event) -> None:
         import torch.distributed  # noqa: F401
     finally:
         loaded.set()  # a broken torch is preflight's to report, not to wait for
-    from nccldoctor.cluster.worker import preload_torch
+    from nccldoctor.cluster.worker.rank import preload_torch
 
     preload_torch()
 

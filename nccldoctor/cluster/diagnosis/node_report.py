@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.cluster import causes, merge, rendezvous, results, verdict
+from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.findings import gpu_findings_on_gloo
+from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
+from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report

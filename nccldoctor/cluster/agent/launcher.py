@@ -3,7 +3,7 @@
 The contract between agent and worker lives in code: the config JSON (``workerconfig``), the env
 (:func:`worker_env`), and what a worker leaves in its rank folder (``worker``, ``workerwatch``).
 
-One process per local rank, running ``nccldoctor.cluster.worker`` on ``<rank_dir>/config.json``
+One process per local rank, running ``nccldoctor.cluster.worker.rank`` on ``<rank_dir>/config.json``
 with the torch launcher variables pointing at the node agents' own store, NCCL's debug output
 sent to a file per rank, and the interface the reach phase found unless the user chose one.
 
@@ -15,7 +15,7 @@ not one per process. Neither NCCL nor CUDA is initialised in the agent: prefligh
 (NVIDIA/nccl src/init.cc); the bootstrap probe runs ncclGetUniqueId in a child process of its
 own; NVML is shut down after preflight. The child sets the contract's env before anything
 reads it. Where the agent could not import torch, or torch says a child could not use CUDA
-(:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker --config PATH``.
+(:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker.rank --config PATH``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
-from nccldoctor.cluster.workerconfig import WorkerConfig, WorkerTimeouts
-from nccldoctor.cluster.workerwatch import STOP_SIGNALS
+from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
+from nccldoctor.cluster.worker.deadline import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
 
 
@@ -115,7 +115,7 @@ def launch(spec: WorkerSpec, base_env: Mapping[str, str], fork: bool = False) ->
         if fork:
             proc: Process = ForkedWorker.start(config, env, log_path)
         else:
-            argv = ["-m", "nccldoctor.cluster.worker", "--config", str(config)]
+            argv = ["-m", "nccldoctor.cluster.worker.rank", "--config", str(config)]
             proc = _start(argv, env, log_path, stdin=subprocess.DEVNULL)
         launched.append(Launched(rank, local_rank, directory, proc, log_path))
     return launched
@@ -152,7 +152,7 @@ class ForkedWorker:
 
     @classmethod
     def start(cls, config: Path, env: Mapping[str, str], log_path: Path) -> ForkedWorker:
-        from nccldoctor.cluster import worker
+        from nccldoctor.cluster.worker import rank
 
         # The child writes to fresh streams, but a stale reference to these (a logging handler's)
         # would write the agent's pending output into the rank's log.
@@ -165,7 +165,7 @@ class ForkedWorker:
         try:
             pid = os.fork()
             if pid == 0:
-                worker.forked_main(str(config), env, log_path)  # never returns
+                rank.forked_main(str(config), env, log_path)  # never returns
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return cls(pid)

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from checks import run_cluster_checks
-from nccldoctor.cluster import causes, verdict
-from nccldoctor.cluster.findings import rendezvous_findings, skew_findings
-from nccldoctor.cluster.gate import Hello
-from nccldoctor.cluster.rendezvous import NodeEntry, World
+from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
+from nccldoctor.cluster.diagnosis import causes, verdict
+from nccldoctor.cluster.diagnosis.findings import rendezvous_findings, skew_findings
 from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nccldoctor.cluster.watchdog import WORKER_PHASES
+from nccldoctor.cluster.agent.monitor import WORKER_PHASES
+from nccldoctor.forensics.stacks import Frame, main_thread_frames
 from nccldoctor.model import Finding, Severity
-from nccldoctor.watch.stacks import Frame, main_thread_frames
 
 # The verdict names the cause and at most this many groups of other ranks.
 VERDICT_GROUPS = 4

@@ -22,8 +22,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from nccldoctor.cluster import tcpprobe
-from nccldoctor.cluster.reach import connect_once
+from nccldoctor.cluster.agent import tcpprobe
+from nccldoctor.cluster.agent.reach import connect_once
 
 _IO_TIMEOUT = 5.0
 
@@ -65,7 +65,7 @@ class PortProbe:
     timeout_s: float
 
 
-class GateServer:
+class MasterListener:
     """The master's listener; ``hellos`` and ``tcp_gbps`` fill in as nodes talk to it."""
 
     def __init__(self, port: int, token: str | None, run_id: str, bind: str = "0.0.0.0") -> None:

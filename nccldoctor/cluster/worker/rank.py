@@ -1,4 +1,4 @@
-"""One rank of ``nccldoctor check``: ``python -m nccldoctor.cluster.worker --config PATH``.
+"""One rank of ``nccldoctor check``: ``python -m nccldoctor.cluster.worker.rank --config PATH``.
 
 Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK, ...;
 MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
@@ -28,22 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nccldoctor.cluster.collectives import (
+from nccldoctor.cluster.worker.collectives import (
     ALLREDUCE,
     Comm,
     SizeProgress,
     check_correctness,
     sweep_bandwidth,
 )
-from nccldoctor.cluster.faults import FaultPlan
-from nccldoctor.cluster.workerconfig import WorkerConfig
-from nccldoctor.cluster.workerwatch import (
+from nccldoctor.cluster.worker.config import WorkerConfig
+from nccldoctor.cluster.worker.deadline import (
     EventLog,
     PhaseWatch,
     StackDump,
     block_stop_signals,
     write_json_atomic,
 )
+from nccldoctor.cluster.worker.faults import FaultPlan
 
 EXIT_OK, EXIT_WRONG, EXIT_ERROR = 0, 1, 3
 # Odd counts too, so a backend that chunks by rank or by 4 gets its edges tested.
@@ -284,7 +284,7 @@ class Worker:
         return progress
 
     def _ddp(self, comm: Comm) -> Any:
-        from nccldoctor.cluster.mnist import load_mnist, param_checksum, train_ddp
+        from nccldoctor.cluster.worker.mnist import load_mnist, param_checksum, train_ddp
 
         cfg = self.config
         data = load_mnist(
@@ -317,7 +317,7 @@ class Worker:
         import torch
         import torch.distributed as dist
 
-        from nccldoctor.cluster.mnist import param_checksum
+        from nccldoctor.cluster.worker.mnist import param_checksum
 
         if self.faults.corrupts("checksum"):  # one ULP off in one weight: not bit-identical
             with torch.no_grad():
@@ -358,7 +358,7 @@ def preload_torch() -> None:
 def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoReturn:
     """The worker in a child just forked from the agent (launcher.ForkedWorker); never returns.
 
-    The child first becomes what ``python -m nccldoctor.cluster.worker --config`` would be: its
+    The child first becomes what ``python -m nccldoctor.cluster.worker.rank --config`` would be: its
     own session, stdin /dev/null, stdout and stderr the rank's log, exactly the contract's env
     (early enough: torch reads RANK, MASTER_* and GLOO_SOCKET_IFNAME when the process group is
     made, NCCL its NCCL_* at its own init, src/debug.cc ncclDebugInit and src/bootstrap.cc
@@ -395,7 +395,7 @@ def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoR
 
 def main(argv: Sequence[str] | None = None) -> int:
     block_stop_signals()  # first, before torch starts any thread (see workerwatch)
-    parser = argparse.ArgumentParser(prog="python -m nccldoctor.cluster.worker")
+    parser = argparse.ArgumentParser(prog="python -m nccldoctor.cluster.worker.rank")
     parser.add_argument("--config", required=True, help="the worker config JSON the agent wrote")
     args = parser.parse_args(argv)
     try:
