@@ -85,7 +85,7 @@ def test_a_forked_worker_holds_none_of_the_agents_descriptors_and_stops_like_a_f
 def test_only_a_process_holding_torch_forks_its_workers(store):
     assert launcher.forkable()  # torch here (the store fixture), CUDA usable by a child
     without = subprocess.run(
-        [sys.executable, "-c", "from nccldoctor.cluster import launcher; print(launcher.forkable())"],
+        [sys.executable, "-c", "from nccldoctor.cluster.agent import launcher; print(launcher.forkable())"],
         env=base_env(), capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert without.stdout.strip() == "False"  # nothing to save: each rank starts on its own
