@@ -43,6 +43,20 @@ def test_committed_docs_are_up_to_date():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_docs_builder_does_not_import_the_cli():
+    """The field guide is built from the library (checks, catalogue), never through the CLI."""
+    probe = (
+        "import sys, nccldoctor.docs.__main__ as m; "
+        "assert m.main(['--check']) == 0; "
+        "print(sorted(n for n in sys.modules if n.startswith('nccldoctor.cli')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_check_names_stale_and_extra_files_and_write_repairs_them(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(DOCS, docs)
