@@ -10,8 +10,8 @@ import pytest
 
 from nccldoctor.report import SCHEMA_VERSION
 from nccldoctor.report.load import ReportError, load_document_report, read_document, upgrade
-from nccldoctor.report.validate import report_schema, validate_report
 from tests.report.conftest import fixture_document
+from tests.report.helpers import report_schema, validate_report
 
 
 def test_schema_is_draft_2020_12_and_itself_valid() -> None:
