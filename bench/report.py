@@ -43,7 +43,7 @@ TIME_LIMIT_S = 1.0
 
 
 def rank_log(host: str, rank: int, nranks: int) -> list[str]:
-    """About LOG_LINES lines of NCCL 2.26 INFO output for one rank (reference/nccl-logs.md)."""
+    """About LOG_LINES lines of NCCL 2.26 INFO output for one rank (docs/nccl-log-formats.md)."""
     p = f"{host}:{40000 + rank}:{40100 + rank} [{rank % GPUS}] NCCL INFO "
     lines = [
         f"{p}Bootstrap: Using eth0:198.18.0.{rank // GPUS + 1}<0>",

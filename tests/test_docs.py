@@ -116,7 +116,7 @@ def test_every_category_has_background():
     assert all(len(ref.background) > 100 for ref in refs.values())
 
 
-def _anchors(page: Path) -> set[str]:
+def markdown_anchors(page: Path) -> set[str]:
     """GitHub's heading slugs plus explicit <a id> anchors of one markdown page."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     anchors = set(EXPLICIT_ANCHOR.findall(text))
@@ -140,7 +140,7 @@ def test_internal_links_in_docs_resolve():
             resolved = (page.parent / path).resolve() if path else page
             if not resolved.exists():
                 broken.append(f"{page.relative_to(REPO)}: {target} (no file)")
-            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            elif anchor and resolved.suffix == ".md" and anchor not in markdown_anchors(resolved):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no anchor)")
     assert not broken, "\n".join(broken)
 

@@ -3,7 +3,8 @@ what NCCL chose. The page highlights them and opens the logs of ranks that warne
 
 from __future__ import annotations
 
-# Substrings of the lines that answer "what did NCCL choose" (reference/nccl-logs.md §2-§7).
+# Substrings of the lines that answer "what did NCCL choose": version and init, bootstrap, network,
+# GPUDirect RDMA, transports, trees, per-call algorithm, env echo (docs/nccl-log-formats.md).
 KEY_MARKERS = (
     "NCCL version",
     "Bootstrap: Using",
