@@ -303,3 +303,24 @@ def test_commands_and_options_in_docs_are_real():
                 wrong.append(f"{page}: nccldoctor {name} {option} (no such option)")
     assert len(_commands_in_docs()) > 30
     assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_the_readme_layout_lists_every_package_and_only_real_ones():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") :]
+    listed = {p.rstrip("/") for p in re.findall(r"`((?:nccldoctor/)?[\w/]+/)`", layout)}
+    listed.discard("nccldoctor")  # the package as a whole covers nothing by itself
+    assert {"checks", "templates", "nccldoctor/cluster/agent"} <= listed
+    assert not [p for p in listed if not (REPO / p).is_dir()], "listed but not in the tree"
+    packages = {
+        str(d.relative_to(REPO))
+        for d in (REPO / "nccldoctor").rglob("*")
+        if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+    }
+    # A package is covered by its own row, a parent's (watch/inject is part of watch/) or,
+    # for a package made of rooms (cluster/), the rows of its rooms.
+    unlisted = [
+        p for p in sorted(packages)
+        if not any(p == q or p.startswith(f"{q}/") or q.startswith(f"{p}/") for q in listed)
+    ]  # fmt: skip
+    assert not unlisted, f"packages missing from the README's layout: {unlisted}"
