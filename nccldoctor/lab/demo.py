@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.lab.netns import NetLab, netlab_possible
-from nccldoctor.lab.start import start_check
+from nccldoctor.lab.start import free_port_pair, start_check
 from nccldoctor.report import Report, load_report
 
 
@@ -56,7 +55,7 @@ def run_demo(
             master, port = lab.hosts[0].address, 29400
         else:
             progress("not root: the node agents share the loopback interface")
-            master, port = "127.0.0.1", _free_port_pair()
+            master, port = "127.0.0.1", free_port_pair()
         for i in range(nodes):
             name = f"node{i}"
             args = ["--master", master, "--nodes", str(nodes), "--port", str(port),
@@ -111,19 +110,3 @@ def _end(proc: subprocess.Popen) -> None:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-def _free_port_pair() -> int:
-    """A port whose successor is free too (the store and nccldoctor's gate)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65534:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    return 29400

@@ -5,6 +5,7 @@ call ``start_check``, so the command line, the environment and the import path a
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -66,3 +67,19 @@ def start_check(
 def package_root() -> str:
     """Where this nccldoctor lives, so the node processes import the same code."""
     return str(Path(__file__).resolve().parents[2])
+
+
+def free_port_pair() -> int:
+    """A loopback port whose successor is free too (the store and the master's listener)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65534:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    return 29400
