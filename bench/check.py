@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.preflight import compile_checkout  # noqa: E402  (bytecode, as pip install writes it)
 from nccldoctor.lab.netns import NetLab, netlab_possible  # noqa: E402
+from nccldoctor.lab.start import check_env, start_check  # noqa: E402
 
 TARGET_RATIO = 2.0
 HANG_SLACK_S = 5.0
@@ -56,27 +57,38 @@ BARE = textwrap.dedent("""
 """)
 
 
-def env_for(name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "NCCLDOCTOR_"))}
-    return {**env, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": name,
-            "GLOO_SOCKET_IFNAME": "eth0", **(extra or {})}  # fmt: skip
+GLOO = {"GLOO_SOCKET_IFNAME": "eth0"}
 
 
-def run_nodes(lab: NetLab, argv_for, env_extra=None, timeout=400.0) -> tuple[float, list[int]]:
-    """Start one process per host, wait for all: the wall time in seconds and the exit codes."""
+def run_checks(
+    lab: NetLab, out: Path, extra_args: list[str] = (), env_extra=None, timeout: float = 400.0
+) -> tuple[float, list[int]]:
+    """`nccldoctor check` on every host at once (reports under ``out``/HOST), waited for: the
+    wall time in seconds and the exit codes. ``env_extra``: host name → extra variables."""
+    args = ["--master", lab.hosts[0].address, "--nodes", str(len(lab.hosts)), *CHECK_ARGS,
+            *extra_args]  # fmt: skip
     start = time.monotonic()
-    procs = [lab.popen(h, argv_for(i, h), env_for(h.name, (env_extra or {}).get(h.name)),
+    procs = [start_check(args, out=out / h.name, node_name=h.name, env=os.environ,
+                         extra_env={**GLOO, **(env_extra or {}).get(h.name, {})}, lab=lab, host=h,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for h in lab.hosts]  # fmt: skip
+    return _waited(procs, start, timeout)
+
+
+def run_bare(lab: NetLab, timeout: float = 400.0) -> float:
+    """The bare torch script on every host, in the environment a check gets: the wall time."""
+    master = lab.hosts[0].address
+    start = time.monotonic()
+    procs = [lab.popen(h, [sys.executable, "-c", BARE, str(i), master],
+                       check_env(os.environ, h.name, GLOO),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i, h in enumerate(lab.hosts)]  # fmt: skip
+    return _waited(procs, start, timeout)[0]
+
+
+def _waited(procs: list[subprocess.Popen], start: float, timeout: float) -> tuple[float, list[int]]:
     codes = [proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start))) for proc in procs]
     return time.monotonic() - start, codes
-
-
-def check_argv(lab: NetLab, out: Path, extra: list[str] = ()):
-    master = lab.hosts[0].address
-    return lambda i, h: [sys.executable, "-m", "nccldoctor", "check", "--master", master,
-                         "--nodes", str(len(lab.hosts)), "--out", str(out / h.name),
-                         *CHECK_ARGS, *extra]  # fmt: skip
 
 
 def main() -> int:
@@ -91,13 +103,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="nccldoctor-bench-check-"))
     try:
         bare, check = [], []
-        master = lab.hosts[0].address
         for n in range(args.repeat):
-            bare.append(
-                run_nodes(lab, lambda i, h: [sys.executable, "-c", BARE, str(i), master])[0]
-            )
+            bare.append(run_bare(lab))
             out = work / f"healthy{n}"
-            check.append(run_nodes(lab, check_argv(lab, out))[0])
+            check.append(run_checks(lab, out)[0])
             report = json.loads((out / "node0" / "check-cluster.json").read_text())
             assert report["exit_code"] == 0, report["findings"]
         breakdown = ", ".join(f"{p['phase']} {p['duration_s']:.1f}" for p in report["phases"]
@@ -109,9 +118,7 @@ def main() -> int:
 
         out = work / "hang"
         fault = {"node1": {"NCCLDOCTOR_FAULT": "hang:allreduce_correctness:rank=1"}}
-        run_nodes(
-            lab, check_argv(lab, out, ["--phase-timeout", f"collective={COLLECTIVE_S:g}"]), fault
-        )
+        run_checks(lab, out, ["--phase-timeout", f"collective={COLLECTIVE_S:g}"], fault)
         events = (out / "node1" / "node1" / "rank1" / "events.jsonl").read_text().splitlines()
         hang_start = next(json.loads(e)["t"] for e in events
                           if '"allreduce_correctness"' in e and '"start"' in e)  # fmt: skip

@@ -72,9 +72,8 @@ def healthy_check(nodes: int, work: Path) -> dict:
     """One healthy check on ``nodes`` fresh namespace hosts; wall time, report and memory."""
     lab = NetLab(nodes, prefix="198.18.78").build()
     try:
-        argv = check.check_argv(lab, work, PROCS_ARGS)
         with MemoryPeak() as memory:
-            wall, codes = check.run_nodes(lab, argv, timeout=600)
+            wall, codes = check.run_checks(lab, work, PROCS_ARGS, timeout=600)
     finally:
         lab.close()
     path = work / "node0" / "check-cluster.json"

@@ -34,7 +34,7 @@ def test_healthy_answer_comes_first():
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
     assert first.startswith(
-        "Collectives of 2 ranks on 2 nodes: NET/IB via mlx5_0:1 with GPUDirect RDMA"
+        "Healthy: Collectives of 2 ranks on 2 nodes: NET/IB via mlx5_0:1 with GPUDirect RDMA"
     )
     assert "No issues found!" in result.stdout
 

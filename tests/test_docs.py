@@ -43,6 +43,20 @@ def test_committed_docs_are_up_to_date():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_docs_builder_does_not_import_the_cli():
+    """The field guide is built from the library (checks, catalogue), never through the CLI."""
+    probe = (
+        "import sys, nccldoctor.docs.__main__ as m; "
+        "assert m.main(['--check']) == 0; "
+        "print(sorted(n for n in sys.modules if n.startswith('nccldoctor.cli')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_check_names_stale_and_extra_files_and_write_repairs_them(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(DOCS, docs)
@@ -102,7 +116,7 @@ def test_every_category_has_background():
     assert all(len(ref.background) > 100 for ref in refs.values())
 
 
-def _anchors(page: Path) -> set[str]:
+def markdown_anchors(page: Path) -> set[str]:
     """GitHub's heading slugs plus explicit <a id> anchors of one markdown page."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
     anchors = set(EXPLICIT_ANCHOR.findall(text))
@@ -126,7 +140,7 @@ def test_internal_links_in_docs_resolve():
             resolved = (page.parent / path).resolve() if path else page
             if not resolved.exists():
                 broken.append(f"{page.relative_to(REPO)}: {target} (no file)")
-            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            elif anchor and resolved.suffix == ".md" and anchor not in markdown_anchors(resolved):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no anchor)")
     assert not broken, "\n".join(broken)
 
@@ -289,3 +303,24 @@ def test_commands_and_options_in_docs_are_real():
                 wrong.append(f"{page}: nccldoctor {name} {option} (no such option)")
     assert len(_commands_in_docs()) > 30
     assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_the_readme_layout_lists_every_package_and_only_real_ones():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") :]
+    listed = {p.rstrip("/") for p in re.findall(r"`((?:nccldoctor/)?[\w/]+/)`", layout)}
+    listed.discard("nccldoctor")  # the package as a whole covers nothing by itself
+    assert {"checks", "templates", "nccldoctor/cluster/agent"} <= listed
+    assert not [p for p in listed if not (REPO / p).is_dir()], "listed but not in the tree"
+    packages = {
+        str(d.relative_to(REPO))
+        for d in (REPO / "nccldoctor").rglob("*")
+        if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+    }
+    # A package is covered by its own row, a parent's (watch/inject is part of watch/) or,
+    # for a package made of rooms (cluster/), the rows of its rooms.
+    unlisted = [
+        p for p in sorted(packages)
+        if not any(p == q or p.startswith(f"{q}/") or q.startswith(f"{p}/") for q in listed)
+    ]  # fmt: skip
+    assert not unlisted, f"packages missing from the README's layout: {unlisted}"

@@ -11,7 +11,6 @@ import typer
 
 from nccldoctor.cli.console import abort, print_json, print_report, stderr, stdout
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
-from nccldoctor.report import Report
 
 
 def check(
@@ -126,31 +125,8 @@ def check(
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
-        stdout.print(verdict_line(report))
         stdout.print(f"Report: {path}")
     raise typer.Exit(report.exit_code)
-
-
-def verdict_line(report: Report) -> str:
-    """One sentence: the hang verdict when there is one, else what the run measured."""
-    hang = report.extra.get("hang")
-    if hang:
-        return f"Verdict: {hang['verdict']}"
-    cluster = report.extra.get("cluster") or {}
-    if not report.completed:
-        return (
-            f"Verdict: the run could not complete ({report.extra.get('run', {}).get('aborted')})."
-        )
-    rows = (report.extra.get("bandwidth") or {}).get("rows") or []
-    busbw = (
-        f", allreduce busbw {rows[-1]['busbw_gbps']:.2f} GB/s at {rows[-1]['size_bytes']} B"
-        if rows
-        else ""
-    )
-    return (
-        f"Verdict: {report.verdict}: {len(cluster.get('nodes', []))} node(s), world size "
-        f"{cluster.get('world_size')}{busbw}."
-    )
 
 
 def redact_token(argv: list[str]) -> list[str]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from nccldoctor.report import Report
 
 
 class _LazyConsole:
@@ -41,11 +44,13 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_report(report: Any, verbose: bool = False) -> None:
-    """The report as the terminal view: a line per area, the fix under each problem."""
+def print_report(report: Report, verbose: bool = False) -> None:
+    """The report's redacted document as the terminal view: the headline, a line per area, the
+    fix under each problem."""
     from nccldoctor.views.terminal import render_terminal
 
-    stdout.print(render_terminal(report, verbose=verbose, unicode=supports_unicode()))
+    document = report.to_dict()
+    stdout.print(render_terminal(document, verbose=verbose, unicode=supports_unicode()))
 
 
 def abort(message: str, code: int = 2) -> typer.Exit:

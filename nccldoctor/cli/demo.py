@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.check import verdict_line
 from nccldoctor.cli.console import abort, print_report, stderr, stdout
 from nccldoctor.cluster.timeouts import TimeoutsError, timeouts_from
 
@@ -52,6 +51,5 @@ def demo(
         )
         raise typer.Exit(3)
     print_report(result.report, verbose)
-    stdout.print(verdict_line(result.report))
     stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
     raise typer.Exit(result.exit_code)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_json, print_report, stdout
+from nccldoctor.cli.console import abort, print_json, print_report
 from nccldoctor.report import Report
 
 
@@ -53,8 +53,6 @@ def explain(
         # the console's own file: a 64-rank document is large and needs no rich processing
         print_json(report.to_dict())
     else:
-        stdout.print(extra["nccl"]["answer"])
-        stdout.print()
         print_report(report, verbose)
     raise typer.Exit(report.exit_code)
 

@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from nccldoctor.cli.console import abort, print_json, print_report, stdout
-from nccldoctor.report.answer import BANNERS, answer, banner
+from nccldoctor.cli.console import abort, print_json, print_report
 from nccldoctor.report.document import Report
 
 
@@ -111,8 +110,6 @@ def _render(
     if json_out:
         print_json(result.to_dict())
     else:
-        document = result.to_dict()
-        stdout.print(f"{BANNERS[banner(document)]}: {answer(document)}\n")
         print_report(result, verbose)
     raise typer.Exit(result.exit_code)
 

@@ -19,22 +19,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/ is out of date")
     parser.add_argument("--docs-dir", type=Path, default=DEFAULT_DOCS_DIR, help="the docs folder")
     args = parser.parse_args(argv)
-    from nccldoctor.cli.console import stderr, stdout  # the CLI's console; the library needs none
-
     try:
         pages = generate(args.docs_dir, *catalogue())
     except (OSError, ValueError, KeyError, tomllib.TOMLDecodeError) as exc:
-        stderr.print(f"nccldoctor.docs: {type(exc).__name__}: {exc}")
+        print(f"nccldoctor.docs: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.check:
         stale = stale_files(args.docs_dir, pages)
         for path in stale:
-            stderr.print(f"stale: {args.docs_dir / path}")
+            print(f"stale: {args.docs_dir / path}", file=sys.stderr)
         if stale:
-            stderr.print("run `python -m nccldoctor.docs` and commit docs/")
+            print("run `python -m nccldoctor.docs` and commit docs/", file=sys.stderr)
         return 1 if stale else 0
     for path in write_pages(args.docs_dir, pages):
-        stdout.print(f"updated {args.docs_dir / path}")
+        print(f"updated {args.docs_dir / path}")
     return 0
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.lab.netns import NetLab, netlab_possible
+from nccldoctor.lab.start import free_port_pair, start_check
 from nccldoctor.report import Report, load_report
 
 
@@ -43,8 +42,6 @@ def run_demo(
     """Start ``nodes`` node agents, wait for them (bounded), and read the cluster report."""
     use_netns = netlab_possible() if use_netns is None else use_netns
     out.mkdir(parents=True, exist_ok=True)
-    child_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(),
-                                                                    env.get("PYTHONPATH")]))}  # fmt: skip
     budget = (timeouts.reach + timeouts.rendezvous + timeouts.bootstrap + timeouts.workers_total()
               + timeouts.heartbeat + timeouts.exit_barrier + 60)  # fmt: skip
     lab = NetLab(nodes) if use_netns else None
@@ -58,23 +55,17 @@ def run_demo(
             master, port = lab.hosts[0].address, 29400
         else:
             progress("not root: the node agents share the loopback interface")
-            master, port = "127.0.0.1", _free_port_pair()
+            master, port = "127.0.0.1", free_port_pair()
         for i in range(nodes):
             name = f"node{i}"
-            argv = [sys.executable, "-m", "nccldoctor", "check", "--master", master,
-                    "--nodes", str(nodes), "--port", str(port), "--out", str(out / name),
-                    "--node-name", name, *check_args]  # fmt: skip
-            if not lab:
-                argv += ["--node-rank", str(i)]
+            args = ["--master", master, "--nodes", str(nodes), "--port", str(port),
+                    *([] if lab else ["--node-rank", str(i)]), *check_args]  # fmt: skip
             logs.append(out / f"{name}.log")
             with open(logs[-1], "wb") as log:
-                kwargs = {"stdout": log, "stderr": subprocess.STDOUT}
-                if lab:
-                    procs.append(lab.popen(lab.hosts[i], argv, child_env, **kwargs))
-                else:
-                    procs.append(subprocess.Popen(argv, env=child_env, start_new_session=True,
-                                                  **kwargs))  # fmt: skip
-            progress(f"{name}: started ({' '.join(argv[1:])})")
+                procs.append(start_check(args, out=out / name, node_name=name, env=env, lab=lab,
+                                         host=lab.hosts[i] if lab else None, stdout=log,
+                                         stderr=subprocess.STDOUT))  # fmt: skip
+            progress(f"{name}: started (nccldoctor check {' '.join(args)})")
         _wait(procs, time.monotonic() + budget, progress)
     finally:
         for proc in procs:
@@ -119,24 +110,3 @@ def _end(proc: subprocess.Popen) -> None:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-def _free_port_pair() -> int:
-    """A port whose successor is free too (the store and nccldoctor's gate)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65534:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    return 29400
-
-
-def _package_root() -> str:
-    """Where this nccldoctor lives, so the node processes import the same code."""
-    return str(Path(__file__).resolve().parents[2])

@@ -1,4 +1,4 @@
-"""The verdict and the one-paragraph answer of a report document, shared by every view.
+"""The banner and the one-paragraph answer of a report document, written into it as ``headline``.
 
 "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, GPUDirect RDMA off, 2 channels,
 Ring with Simple for ≥ 64 KiB, Tree with LL below. No problems found." The NCCL part is the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nccldoctor.report.shape import items, section, values
 from nccldoctor.report.units import format_bytes, format_gbps
 
 # banner key -> heading; the key is also the CSS class of the HTML banner.
@@ -20,7 +21,7 @@ BANNERS = {
     "hang": "Hang",
     "incomplete": "Could not run",
 }
-# The keys `explain` puts at top level (issue 3); a check report has them under `nccl`.
+# The keys `explain` puts at top level; a check report has them under `nccl`.
 NCCL_SUMMARY_KEYS = (
     "nccl_version",
     "cuda_version",
@@ -48,12 +49,18 @@ def banner(document: dict[str, Any]) -> str:
     return verdict if isinstance(verdict, str) and verdict in BANNERS else "problems"
 
 
+def headline(document: dict[str, Any]) -> dict[str, str]:
+    """The document's ``headline``: the banner key, its heading, and the answer paragraph."""
+    key = banner(document)
+    return {"banner": key, "title": BANNERS[key], "answer": answer(document)}
+
+
 def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
-    """The NCCL log summary's headline keys (issue 3): the `nccl` section when it has them, else
+    """The NCCL log summary's headline keys: the `nccl` section when it has them, else
     the top-level keys `explain` writes, else {}."""
-    section = document.get("nccl")
-    if isinstance(section, dict) and any(k in section for k in NCCL_SUMMARY_KEYS):
-        return section
+    nccl = section(document, "nccl")
+    if any(k in nccl for k in NCCL_SUMMARY_KEYS):
+        return nccl
     if not any(k in document for k in NCCL_SUMMARY_KEYS if k != "nodes"):  # core `nodes` only
         return {}
     return {k: document[k] for k in NCCL_SUMMARY_KEYS if k in document}
@@ -61,11 +68,7 @@ def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
 
 def nccl_answer(document: dict[str, Any]) -> str:
     """The log parser's own sentence: top-level ``answer`` (explain) or ``nccl.answer``."""
-    section = document.get("nccl")
-    candidates = [
-        document.get("answer"),
-        section.get("answer") if isinstance(section, dict) else None,
-    ]
+    candidates = [document.get("answer"), section(document, "nccl").get("answer")]
     return next((c for c in candidates if _text(c)), "")
 
 
@@ -88,7 +91,7 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
     """ "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, ..." ("" without a summary)."""
     if not summary:
         return ""
-    algorithms = _dicts(summary.get("algorithms"))
+    algorithms = items(summary.get("algorithms"))
     collective = _text(algorithms[0].get("collective")) if algorithms else ""
     subject = " ".join(
         part
@@ -115,7 +118,7 @@ def nccl_sentence(summary: dict[str, Any]) -> str:
 def _network(summary: dict[str, Any]) -> str:
     network = _text(summary.get("network"))
     name = f"NET/{network}" if network in ("IB", "Socket") else network or "an unknown network"
-    interfaces = [i for i in _list(summary.get("interfaces")) if isinstance(i, str)]
+    interfaces = [i for i in values(summary.get("interfaces")) if isinstance(i, str)]
     return f"{name} via {', '.join(interfaces)}" if interfaces else name
 
 
@@ -138,16 +141,12 @@ def _algorithms(algorithms: list[dict[str, Any]]) -> str:
 
 def _subject_sentence(document: dict[str, Any]) -> str:
     """ "Check of 2 ranks on vm, backend gloo." for a document without an NCCL summary."""
-    nodes = document.get("nodes")
-    names = (
-        [n.get("node", "") for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
-    )
+    names = [_text(n.get("node")) for n in items(document.get("nodes"))]
     names = [n for n in names if n]
     kind = _text(document.get("kind")).capitalize() or "Report"
-    cluster = document.get("cluster") if isinstance(document.get("cluster"), dict) else {}
+    cluster = section(document, "cluster")
     ranks = _count(cluster.get("world_size") or None, "rank")
-    bandwidth = document.get("bandwidth") if isinstance(document.get("bandwidth"), dict) else {}
-    backend = _text(bandwidth.get("backend") or cluster.get("backend"))
+    backend = _text(section(document, "bandwidth").get("backend") or cluster.get("backend"))
     where = ", ".join(names) if len(names) <= _NODES_NAMED else f"{len(names)} nodes"
     subject = " on ".join(p for p in (ranks, where) if p)
     if not subject:
@@ -159,7 +158,7 @@ def _hang_sentence(document: dict[str, Any]) -> str:
     hang = document.get("hang")
     if not isinstance(hang, dict):
         return ""
-    stuck = _dicts(hang.get("stuck"))
+    stuck = items(hang.get("stuck"))
     phase = hang.get("phase") or "an unknown phase"
     where = "; ".join(
         f"rank {s.get('rank')} on {s.get('node')}"
@@ -179,7 +178,7 @@ def _watch_sentence(document: dict[str, Any]) -> str:
 
 def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
     """ "2 problems: A; B." Titles already ``said`` in the paragraph are counted, not repeated."""
-    findings = _dicts(document.get("findings"))
+    findings = items(document.get("findings"))
     for severity, noun in (("fail", "problem"), ("warn", "warning")):
         found = [str(f.get("title", "")) for f in findings if f.get("severity") == severity]
         if found and all(t.rstrip(".") in said for t in found):
@@ -191,13 +190,15 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
             tail = f"; and {more} more" if more > 0 else ""
             return f"{_count(len(found), noun).capitalize()}: {named}{tail}."
     if not document.get("completed", True):
-        return "The run could not complete."
+        aborted = _text(section(document, "run").get("aborted"))
+        return (
+            f"The run could not complete: {aborted}." if aborted else "The run could not complete."
+        )
     return "No problems found."
 
 
 def _bandwidth_sentence(document: dict[str, Any]) -> str:
-    section = document.get("bandwidth")
-    rows = _dicts(section.get("rows")) if isinstance(section, dict) else []
+    rows = items(section(document, "bandwidth").get("rows"))
     rows = [r for r in rows if _real(r.get("busbw_gbps")) and _real(r.get("size_bytes"))]
     if not rows:
         return ""
@@ -219,14 +220,6 @@ def _count(n: Any, noun: str, preposition: str = "") -> str:
         return ""
     words = f"{n} {noun}{'s' if n != 1 else ''}"
     return f"{preposition} {words}".strip()
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _real(value: Any) -> bool:

@@ -12,15 +12,19 @@ from typing import Any
 
 from nccldoctor import __version__
 from nccldoctor.facts import NodeFacts, from_dict, to_dict
-from nccldoctor.model import AREA_TITLES, AREAS, Finding, Severity, worst
+from nccldoctor.model import Finding, Severity, worst
 from nccldoctor.redact import redact_document
+from nccldoctor.report.answer import headline
+from nccldoctor.report.consistency import consistency_table
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the document carries its headline and consistency table (load.upgrade)
 
 EXIT_OK = 0  # healthy
 EXIT_FAIL = 1  # a finding failed
 EXIT_USAGE = 2  # the command line was wrong
 EXIT_INCOMPLETE = 3  # the run itself could not complete
+
+SUMMARY_KEYS = ("headline", "consistency")  # built by with_summaries, for the views
 
 
 @dataclass
@@ -52,15 +56,6 @@ class Report:
             return EXIT_INCOMPLETE
         return EXIT_FAIL if worst(self.findings) is Severity.FAIL else EXIT_OK
 
-    def areas(self) -> list[tuple[str, str, list[Finding]]]:
-        """(area, title, findings) for every area that has a status or a finding, in order."""
-        rows = []
-        for area in AREAS:
-            found = [f for f in self.findings if f.area == area]
-            if found or area in self.area_status:
-                rows.append((area, AREA_TITLES[area], found))
-        return rows
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON document with secrets redacted: what every view renders."""
         document = {
@@ -77,11 +72,13 @@ class Report:
             "nodes": [to_dict(n) for n in self.nodes],
             **self.extra,
         }
-        return redact_document(document)
+        return with_summaries(redact_document(document))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
+        # the summaries are rebuilt by to_dict from what they summarise, never carried over
         core = {
+            *SUMMARY_KEYS,
             "schema_version",
             "tool_version",
             "kind",
@@ -111,6 +108,12 @@ class Report:
             area_status=dict(data.get("area_status", {})),
             extra={k: v for k, v in data.items() if k not in core},
         )
+
+
+def with_summaries(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with the sections every view shows as they are: the ``headline`` (banner and
+    answer) and the ``consistency`` table, built from the (redacted) document itself."""
+    return {**document, "headline": headline(document), "consistency": consistency_table(document)}
 
 
 def write_report(report: Report, path: str | Path) -> Path:

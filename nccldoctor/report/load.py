@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.report.document import SCHEMA_VERSION, Report
+from nccldoctor.report.document import SCHEMA_VERSION, Report, with_summaries
 
 
 class ReportError(ValueError):
@@ -30,9 +30,10 @@ def read_document(path: str | Path) -> dict[str, Any]:
 def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
     """``document`` in the current schema.
 
-    Schema history (docs/report.md): version 1 is the first. A document without
-    ``schema_version`` predates the key and is read as version 1. When a key changes meaning,
-    SCHEMA_VERSION goes up and a step from the old version is added here, so old reports load.
+    Schema history (docs/report.md): version 1 is the first; version 2 adds ``headline`` and
+    ``consistency``, built here for an older document. A document without ``schema_version``
+    predates the key and is read as version 1. When a key changes meaning, SCHEMA_VERSION goes up
+    and a step from the old version is added here, so old reports load.
     """
     version = document.get("schema_version", 1)
     if not isinstance(version, int) or version < 1:
@@ -42,6 +43,8 @@ def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
             f"{source}: written with report schema {version} by a newer nccldoctor; "
             f"this one reads up to {SCHEMA_VERSION}: upgrade nccldoctor"
         )
+    if version < 2:
+        document = with_summaries(document)
     return {**document, "schema_version": SCHEMA_VERSION}
 
 

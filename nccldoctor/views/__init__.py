@@ -1,1 +1,2 @@
-"""Views: pure renderers of a Report (terminal, HTML, JUnit). They compute nothing of their own."""
+"""Views: pure renderers of the redacted report document (terminal, HTML, JUnit); they format
+what the document says and compute or judge nothing of their own."""

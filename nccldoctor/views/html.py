@@ -17,7 +17,8 @@ from typing import Any
 
 import nccldoctor
 from nccldoctor.report import Report
-from nccldoctor.report.answer import BANNERS, answer, banner, nccl_summary
+from nccldoctor.report.answer import nccl_summary
+from nccldoctor.report.shape import items, section, values
 from nccldoctor.report.units import format_gbps
 from nccldoctor.views import charts, sections
 
@@ -102,19 +103,21 @@ def render_document_html(document: dict[str, Any]) -> str:
 
 
 def page_context(document: dict[str, Any]) -> dict[str, Any]:
-    """Everything the template shows, arranged from the document by the section helpers."""
-    key = banner(document)
+    """Everything the template shows, arranged from the document by the section helpers; the
+    banner, answer and consistency table as the document states them."""
+    top = section(document, "headline")
     summary = nccl_summary(document)
     comm = sections.communicator(document)
-    bandwidth = sections.section(document, "bandwidth")
-    phases = sections.items(document.get("phases"))
+    bandwidth = section(document, "bandwidth")
+    phases = items(document.get("phases"))
+    columns, rows = sections.consistency(document)
     return {
-        "banner_key": key,
-        "banner_title": BANNERS[key],
-        "answer": answer(document),
+        "banner_key": str(top.get("banner") or ""),
+        "banner_title": str(top.get("title") or ""),
+        "answer": str(top.get("answer") or ""),
         "areas": sections.area_lines(document),
-        "cluster_rows": sections.cluster_rows(document),
-        "cluster_columns": sections.CLUSTER_COLUMNS,
+        "cluster_rows": rows,
+        "cluster_columns": columns,
         "finding_groups": sections.finding_groups(document),
         "summary": summary,
         "nccl_headline": sections.nccl_headline(summary),
@@ -123,15 +126,15 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "rings": sections.ring_lines(summary, comm),
         "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
-        "bandwidth_rows": sections.items(bandwidth.get("rows")),
+        "bandwidth_rows": items(bandwidth.get("rows")),
         "chart": charts.bandwidth_chart(
-            sections.items(bandwidth.get("rows")), sections.section(bandwidth, "tcp_wire_gbps")
+            items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_gbps")
         ),
-        "timeline": charts.timeline(phases, sections.section(document, "hang") or None),
+        "timeline": charts.timeline(phases, section(document, "hang") or None),
         "phases": phases,
-        "hang": sections.section(document, "hang"),
-        "mnist": sections.section(document, "mnist"),
+        "hang": section(document, "hang"),
+        "mnist": section(document, "mnist"),
         "rank_logs": sections.rank_logs(document),
         "environments": sections.environments(document),
-        "reproduce": shlex.join(str(a) for a in sections.values(document.get("command"))),
+        "reproduce": shlex.join(str(a) for a in values(document.get("command"))),
     }

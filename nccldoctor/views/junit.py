@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from nccldoctor.report import Report
-from nccldoctor.views.sections import items, values
+from nccldoctor.report.shape import items, values
 
 # Characters XML 1.0 cannot carry (C0 controls but tab/newline/return, lone surrogates, FFFE/FFFF).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

@@ -1,4 +1,5 @@
-"""The report document arranged for the HTML page: tables, groups and matrices, nothing measured.
+"""The report document arranged for the HTML page: tables, groups and matrices, nothing measured
+and nothing judged (the headline and the consistency table come written in the document).
 
 Every function takes the JSON document (already redacted by ``Report.to_dict``) and tolerates
 sections that are missing, null or shaped differently: a view never crashes on a report.
@@ -7,89 +8,51 @@ sections that are missing, null or shaped differently: a view never crashes on a
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.logs import line_kind
+from nccldoctor.report.shape import items, section, values
 
 SEVERITY_ORDER = ("fail", "warn", "info", "ok")
 SEVERITY_TITLES = {"fail": "Problems", "warn": "Warnings", "info": "Information", "ok": "Passed"}
-CLUSTER_COLUMNS = ("gpus", "driver", "cuda", "torch", "nccl")
 MATRIX_MAX_RANKS = 128  # beyond this a rank-by-rank matrix is unreadable; the lists remain
 TRANSPORT_CLASSES = {"NET/IB": "ib", "NET/Socket": "socket", "P2P": "p2p", "SHM": "shm"}
 
 
-def items(value: Any) -> list[dict[str, Any]]:
-    """The dict entries of a list section (anything else: none)."""
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def values(value: Any) -> list[Any]:
-    """A list section's entries (anything else: none)."""
-    return value if isinstance(value, list) else []
-
-
-def section(document: dict[str, Any], key: str) -> dict[str, Any]:
-    value = document.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 @dataclass
-class ClusterRow:
-    name: str
-    node_rank: Any = None
-    address: str = ""
-    nat: bool = False  # the master saw another address than the node advertised
-    ranks: str = ""
-    missing: bool = False
-    cells: dict[str, str] = field(default_factory=dict)
-    mismatched: set[str] = field(default_factory=set)
+class ConsistencyRow:
+    node: str
+    node_rank: Any
+    address: str
+    ranks: str
+    missing: bool
+    cells: dict[str, str]
+    flags: dict[str, str]  # column (or "address") -> the title of the finding that judged it
 
 
-def cluster_rows(document: dict[str, Any]) -> list[ClusterRow]:
-    """One row per node (the run's list first, then nodes known only from facts)."""
-    facts = {str(n.get("node", "")): n for n in items(document.get("nodes"))}
-    cluster = section(document, "cluster")
-    rows: dict[str, ClusterRow] = {}
-    for entry in items(cluster.get("nodes")):
-        name = str(entry.get("name", ""))
-        advertised, seen = entry.get("advertised_address"), entry.get("seen_address")
-        nat = bool(advertised and seen and advertised != seen)
-        rows[name] = ClusterRow(
-            name=name,
-            node_rank=entry.get("node_rank"),
-            address=f"{advertised} (seen as {seen})" if nat else str(entry.get("address") or ""),
-            nat=nat,
-            ranks=", ".join(str(r) for r in values(entry.get("ranks"))),
+def consistency(document: dict[str, Any]) -> tuple[list[tuple[str, str]], list[ConsistencyRow]]:
+    """The document's consistency table as (columns as (key, heading), rows)."""
+    table = section(document, "consistency")
+    columns = [
+        (str(c[0]), str(c[1]))
+        for c in values(table.get("columns"))
+        if isinstance(c, list) and len(c) == 2
+    ]
+    rows = [
+        ConsistencyRow(
+            node=str(row.get("node", "")),
+            node_rank=row.get("node_rank"),
+            address=str(row.get("address") or ""),
+            ranks=str(row.get("ranks") or ""),
+            missing=row.get("missing") is True,
+            cells={str(k): str(v) for k, v in section(row, "cells").items()},
+            flags={str(k): str(v) for k, v in section(row, "flags").items()},
         )
-    for name in facts:
-        rows.setdefault(name, ClusterRow(name=name))
-    for name in values(cluster.get("missing_nodes")):
-        rows.setdefault(str(name), ClusterRow(name=str(name))).missing = True
-    for row in rows.values():
-        row.cells = _node_cells(facts.get(row.name, {}))
-    for column in CLUSTER_COLUMNS:
-        distinct = {row.cells[column] for row in rows.values() if row.cells.get(column)}
-        if len(distinct) > 1:
-            for row in rows.values():
-                if row.cells.get(column):
-                    row.mismatched.add(column)
-    return list(rows.values())
-
-
-def _node_cells(facts: dict[str, Any]) -> dict[str, str]:
-    gpu, software = section(facts, "gpu"), section(facts, "software")
-    devices = items(gpu.get("devices"))
-    names = sorted({str(d.get("name", "")) for d in devices if d.get("name")})
-    libraries = [lib.get("version") for lib in items(software.get("nccl_libraries"))]
-    return {
-        "gpus": f"{len(devices)} × {', '.join(names)}" if names else ("0" if gpu else ""),
-        "driver": str(gpu.get("driver_version") or ""),
-        "cuda": str(software.get("cuda_runtime") or software.get("torch_cuda") or ""),
-        "torch": str(software.get("torch_version") or ""),
-        "nccl": str(software.get("torch_nccl") or next((v for v in libraries if v), "")),
-    }
+        for row in items(table.get("rows"))
+    ]
+    return columns, rows
 
 
 def finding_groups(document: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:

@@ -1,12 +1,15 @@
-"""The terminal view in the manner of `flutter doctor`: one line per area, the fix under each problem."""
+"""The terminal view in the manner of `flutter doctor`: the headline, one line per area, the fix
+under each problem. Rendered from the redacted document, like the HTML page and JUnit."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.console import Group
 from rich.text import Text
 
-from nccldoctor.model import Finding, Severity, worst
-from nccldoctor.report import Report
+from nccldoctor.model import AREA_TITLES, AREAS, Severity
+from nccldoctor.report.shape import items, section, values
 
 _MARKS_UNICODE = {Severity.OK: "✓", Severity.INFO: "•", Severity.WARN: "!", Severity.FAIL: "✗"}
 _MARKS_ASCII = {Severity.OK: "+", Severity.INFO: "-", Severity.WARN: "!", Severity.FAIL: "x"}
@@ -16,56 +19,87 @@ _STYLES = {
     Severity.WARN: "yellow",
     Severity.FAIL: "red",
 }
+_PROBLEMS = (Severity.WARN, Severity.FAIL)
 
 
-def render_terminal(report: Report, *, verbose: bool = False, unicode: bool = True) -> Group:
-    """The whole report as rich renderables; info findings only with ``verbose``."""
+def render_terminal(
+    document: dict[str, Any], *, verbose: bool = False, unicode: bool = True
+) -> Group:
+    """The report document as rich renderables; info findings only with ``verbose``."""
     marks = _MARKS_UNICODE if unicode else _MARKS_ASCII
+    findings = [(_severity(f), f) for f in items(document.get("findings"))]
+    area_status = section(document, "area_status")
+    several_nodes = len(items(document.get("nodes"))) > 1
     lines: list[Text] = []
+    top = section(document, "headline")
+    if top.get("answer"):
+        lines += [Text(f"{top.get('title', '')}: {top['answer']}"), Text()]
     problem_areas = 0
-    for area, title, findings in report.areas():
-        shown = [f for f in findings if verbose or f.severity in (Severity.WARN, Severity.FAIL)]
-        level = worst([f for f in findings if f.severity is not Severity.INFO])
-        problem_areas += level in (Severity.WARN, Severity.FAIL)
+    for area in AREAS:
+        found = [(s, f) for s, f in findings if f.get("area") == area]
+        if not found and area not in area_status:
+            continue
+        level = _worst([s for s, _ in found if s is not Severity.INFO])
+        problem_areas += level in _PROBLEMS
         head = Text()
         head.append(f"[{marks[level]}] ", style=_STYLES[level])
-        head.append(title, style="bold")
-        if status := report.area_status.get(area):
+        head.append(AREA_TITLES[area], style="bold")
+        if status := area_status.get(area):
             head.append(f" ({status})")
         lines.append(head)
-        for finding in sorted(shown, key=lambda f: -f.severity.rank):
-            lines.extend(_finding_lines(finding, marks, verbose, len(report.nodes) > 1))
+        shown = [(s, f) for s, f in found if verbose or s in _PROBLEMS]
+        for severity, finding in sorted(shown, key=lambda sf: -sf[0].rank):
+            lines.extend(_finding_lines(severity, finding, marks, verbose, several_nodes))
     lines.append(Text())
-    lines.append(_summary(report, problem_areas, marks))
+    lines.append(_summary(document, [s for s, _ in findings], problem_areas, marks))
     return Group(*lines)
 
 
+def _severity(finding: dict[str, Any]) -> Severity:
+    try:
+        return Severity(finding.get("severity"))
+    except ValueError:
+        return Severity.FAIL  # a severity this nccldoctor does not know is shown, never hidden
+
+
+def _worst(severities: list[Severity]) -> Severity:
+    return max(severities, key=lambda s: s.rank, default=Severity.OK)
+
+
 def _finding_lines(
-    finding: Finding, marks: dict[Severity, str], verbose: bool, several_nodes: bool
+    severity: Severity,
+    finding: dict[str, Any],
+    marks: dict[Severity, str],
+    verbose: bool,
+    several_nodes: bool,
 ) -> list[Text]:
-    where = f" [{finding.node}]" if finding.node and (verbose or several_nodes) else ""
+    node = finding.get("node")
+    where = f" [{node}]" if node and (verbose or several_nodes) else ""
     out = [
-        Text(
-            f"    {marks[finding.severity]} {finding.title}{where}", style=_STYLES[finding.severity]
-        )
+        Text(f"    {marks[severity]} {finding.get('title', '')}{where}", style=_STYLES[severity])
     ]
-    evidence = finding.evidence if verbose else finding.evidence[:3]
-    out.extend(Text(f"        {line}", style="dim") for line in evidence)
-    if finding.fix:
+    evidence = values(finding.get("evidence"))
+    out.extend(Text(f"        {line}", style="dim") for line in evidence[: None if verbose else 3])
+    if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))
-        out.extend(Text(f"        {line}") for line in finding.fix.splitlines())
+        out.extend(Text(f"        {line}") for line in str(fix).splitlines())
     if verbose:
-        out.append(Text(f"      ({finding.id}, {finding.category})", style="dim"))
+        out.append(Text(f"      ({finding.get('id')}, {finding.get('category')})", style="dim"))
     return out
 
 
-def _summary(report: Report, problem_areas: int, marks: dict[Severity, str]) -> Text:
-    if not report.completed:
+def _summary(
+    document: dict[str, Any],
+    severities: list[Severity],
+    problem_areas: int,
+    marks: dict[Severity, str],
+) -> Text:
+    if not document.get("completed", True):
         return Text(f"{marks[Severity.FAIL]} The run could not complete.", style="red bold")
     if problem_areas == 0:
         return Text(f"{marks[Severity.INFO]} No issues found!", style="green bold")
     plural = "s" if problem_areas != 1 else ""
     return Text(
         f"{marks[Severity.WARN]} nccldoctor found issues in {problem_areas} area{plural}.",
-        style=_STYLES[worst(report.findings)] + " bold",
+        style=_STYLES[_worst(severities)] + " bold",
     )

@@ -10,12 +10,12 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccldoctor.lab.netns import LabHost, NetLab, netlab_possible
+from nccldoctor.lab.start import start_check
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,19 +109,14 @@ class Lab:
         args: list[str],
         out: Path,
         env: dict | None = None,
-        command: str = "check",
         shm_size: str | None = None,
         hostname: str | None = None,
     ) -> NodeRun:
-        """``python -m nccldoctor COMMAND --out OUT ARGS`` inside ``host``'s namespace (on a
-        /dev/shm of ``shm_size``, under ``hostname``: see NetLab.popen)."""
-        full_env = {**os.environ, "PYTHONPATH": str(REPO), "NCCLDOCTOR_NODE_NAME": host.name}
-        for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NCCLDOCTOR_FAULT"):
-            full_env.pop(name, None)
-        full_env.update(env or {})
-        argv = [sys.executable, "-m", "nccldoctor", command, "--out", str(out), *args]
-        proc = self.net.popen(host.lab_host, argv, full_env, shm_size=shm_size, hostname=hostname,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        """`nccldoctor check --out OUT ARGS` inside ``host``'s namespace, with ``env`` on top of
+        the lab's (on a /dev/shm of ``shm_size``, under ``hostname``: see NetLab.popen)."""
+        proc = start_check(args, out=out, node_name=host.name, env=os.environ, extra_env=env,
+                           lab=self.net, host=host.lab_host, shm_size=shm_size, hostname=hostname,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         run = NodeRun(host, proc, out, time.monotonic())
         self.runs.append(run)
         return run

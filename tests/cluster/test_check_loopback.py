@@ -6,32 +6,28 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from nccldoctor.lab.demo import _free_port_pair
+from nccldoctor.lab.start import free_port_pair, start_check
 
 pytestmark = [pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def start(
     i: int, port: int, out: Path, fault: str | None = None, nodes: list[str] = ("--nodes", "2")
 ) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "NCCLDOCTOR_"))}
-    env.update(PYTHONPATH=str(REPO), **({"NCCLDOCTOR_FAULT": fault} if fault else {}))
-    argv = [sys.executable, "-m", "nccldoctor", "check", "--master", "127.0.0.1", *nodes,
-            "--node-rank", str(i), "--port", str(port), "--node-name", f"n{i}", "--out", str(out),
+    args = ["--master", "127.0.0.1", *nodes, "--node-rank", str(i), "--port", str(port),
             "--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=1"]  # fmt: skip
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    return start_check(args, out=out, node_name=f"n{i}", env=os.environ,
+                       extra_env={"NCCLDOCTOR_FAULT": fault} if fault else None,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
 def test_ctrl_c_on_a_node_still_writes_every_report(tmp_path):
-    port = _free_port_pair()
+    port = free_port_pair()
     master = start(0, port, tmp_path / "n0")
     node = start(1, port, tmp_path / "n1", fault="hang:ddp:rank=1")
     events = tmp_path / "n1" / "n1" / "rank1" / "events.jsonl"
@@ -63,7 +59,7 @@ def test_ctrl_c_on_a_node_still_writes_every_report(tmp_path):
 
 
 def test_without_a_node_count_the_master_closes_the_join_window_after_a_quiet_time(tmp_path):
-    port = _free_port_pair()
+    port = free_port_pair()
     settle = ["--phase-timeout", "settle=3"]
     procs = [start(i, port, tmp_path / f"n{i}", nodes=settle) for i in range(2)]
     try:

@@ -30,7 +30,7 @@ def test_demo_in_namespaces_prints_the_verdict_and_cleans_up(tmp_path):
         capture_output=True, text=True, env=env, timeout=400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Verdict: " in proc.stdout and "world size 2" in proc.stdout
+    assert "Check of 2 ranks on node0, node1, backend gloo." in proc.stdout  # the headline
     assert f"Report: {tmp_path}/node0/check-cluster.json (netns" in proc.stdout
     tag = re.search(r"on bridge (ca[0-9a-f]{4})br", proc.stderr).group(1)
     assert "network namespaces removed" in proc.stderr

@@ -60,7 +60,7 @@ def test_healthy_eight_nodes_sixteen_ranks(lab):
     assert set(cluster["bandwidth"]["tcp_wire_gbps"]) == {f"node{i}" for i in range(1, NODES)}
     assert cluster["bandwidth"]["rows"], "the bandwidth sweep left no table"
     assert cluster["mnist"]["params_identical"] is True
-    assert "world size 16" in runs[0].stdout
+    assert "Check of 16 ranks on node" in runs[0].stdout  # the headline (nodes in join order)
 
 
 def test_one_node_hangs_in_barrier(lab):

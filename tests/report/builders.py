@@ -53,7 +53,7 @@ def node_facts(
 
 
 def nccl_lines(host: str, rank: int, nranks: int, *, warn: str | None = None) -> list[str]:
-    """What NCCL 2.26 prints at INFO for one rank (formats: reference/nccl-logs.md §2-§7)."""
+    """What NCCL 2.26 prints at INFO for one rank (formats: docs/nccl-log-formats.md)."""
     p = f"{host}:{4711 + rank}:{4790 + rank} [{rank % 2}] NCCL INFO "
     lines = [
         f"{p}Bootstrap: Using eth0:198.18.0.{1 + rank // 2}<0>",

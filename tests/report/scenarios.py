@@ -106,7 +106,7 @@ def failed_check() -> Report:
                 fix="export NCCL_SOCKET_IFNAME=eth0\nsudo iptables -I INPUT -s 198.18.0.0/15 -j ACCEPT",
             ),
             Finding(
-                id="cluster.driver-mismatch",
+                id="cluster.driver-differs",
                 category="version_mismatch",
                 severity=Severity.WARN,
                 area="cluster",
@@ -115,7 +115,7 @@ def failed_check() -> Report:
                 fix="Install the same driver on every node.",
             ),
             Finding(
-                id="cluster.torch-mismatch",
+                id="cluster.torch-version-differs",
                 category="version_mismatch",
                 severity=Severity.WARN,
                 area="cluster",

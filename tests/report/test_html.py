@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from nccldoctor.report.load import upgrade
 from nccldoctor.views.html import render_document_html, render_html, templates_dir
 from tests.report.conftest import fixture_document
 from tests.report.scenarios import SCENARIOS
@@ -126,11 +127,16 @@ def test_banner_and_answer() -> None:
     assert "The run hung in bandwidth (rank 1 on node-b; rank 0 on node-a)." in html
 
 
-def test_cluster_mismatches_and_nat_are_highlighted() -> None:
+def test_cluster_mismatches_and_nat_are_highlighted_with_the_finding_that_judged_them() -> None:
     html = render_document_html(fixture_document("failed-check"))
-    assert '<td class="mismatch" title="differs between nodes">535.161.08</td>' in html
-    assert '<td class="mismatch" title="differs between nodes">2.5.1</td>' in html
-    assert "172.17.0.2 (seen as 198.18.0.2)" in html
+    driver = "NVIDIA driver differs between nodes: 550.54.15 (node-a), 535.161.08 (node-b)"
+    assert f'<td class="mismatch" title="{driver}">535.161.08</td>' in html
+    assert (
+        '<td class="mismatch" title="torch differs between nodes: 2.6.0 (node-a), 2.5.1 (node-b)">2.5.1</td>'
+        in html
+    )
+    nat = "node-b sits behind NAT: it advertises 172.17.0.2 but the master sees 198.18.0.2"
+    assert f'<td class="mismatch" title="{nat}">172.17.0.2 (seen as 198.18.0.2)</td>' in html
     assert html.count('class="mismatch"') == 2 * 2 + 1  # driver and torch on both nodes, NAT
 
 
@@ -187,7 +193,7 @@ def test_odd_shapes_do_not_crash_the_page() -> None:
         "hang": {"stuck": None},
         "cluster": {"nodes": [{"name": None}], "missing_nodes": ["b"]},
     }
-    html = render_document_html(doc)
+    html = render_document_html(upgrade(doc))
     assert '<section id="verdict" class="banner hang">' in html
 
 

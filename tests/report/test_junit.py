@@ -29,7 +29,7 @@ def test_failed_check_cases() -> None:
     nat = cases["nccldoctor.network::reach.nat-detected [node node-b]"]
     assert nat.find("failure").get("type") == "docker_network"
     assert "docker run --network host" in nat.find("failure").text
-    warn = cases["nccldoctor.cluster::cluster.driver-mismatch"]
+    warn = cases["nccldoctor.cluster::cluster.driver-differs"]
     assert warn.find("failure") is None
     assert warn.find("skipped").get("message").startswith("warning: NVIDIA driver differs")
     init = cases["nccldoctor.phase::init [rank 2, node node-b]"]

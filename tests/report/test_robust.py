@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import copy
+import io
 import xml.etree.ElementTree as ET
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from nccldoctor.report.answer import answer, banner
 from nccldoctor.report.load import ReportError, report_from_document
 from nccldoctor.views.html import render_document_html, render_html
 from nccldoctor.views.junit import render_document_junit, render_junit
+from nccldoctor.views.terminal import render_terminal
 from tests.report.conftest import fixture_document
 
 KEYS = ("findings", "nodes", "nccl", "phases", "bandwidth", "cluster", "ranks", "hang", "mnist",
         "command", "area_status", "watch", "answer", "completed", "verdict", "kind", "nranks",
-        "network", "interfaces", "algorithms", "created")  # fmt: skip
+        "network", "interfaces", "algorithms", "created", "headline", "consistency")  # fmt: skip
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True)
@@ -28,7 +31,8 @@ json_values = st.recursive(
 section_like = st.dictionaries(
     st.sampled_from(["rows", "stuck", "nodes", "connections", "rings", "trees", "communicators",
                      "ranks", "size_bytes", "busbw_gbps", "started", "rank", "title", "severity",
-                     "evidence", "links", "env", "variables", "gpu", "software", "devices"]),
+                     "evidence", "links", "env", "variables", "gpu", "software", "devices", "columns",
+                     "cells", "flags", "banner", "answer"]),
     json_values, max_size=5,
 ) | st.lists(st.dictionaries(st.sampled_from(["rank", "node", "phase", "status", "started", "ended",
                                                "last_nccl_lines", "title", "severity", "evidence",
@@ -52,6 +56,7 @@ def test_any_section_value_renders(base: str, changes: dict) -> None:
     assert isinstance(answer(document), str)
     assert render_document_html(document).startswith("<!doctype html>")
     ET.fromstring(render_document_junit(document))
+    Console(file=io.StringIO()).print(render_terminal(document, verbose=True))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,8 +10,9 @@ import pytest
 
 from nccldoctor.report import SCHEMA_VERSION
 from nccldoctor.report.load import ReportError, load_document_report, read_document, upgrade
-from nccldoctor.report.validate import report_schema, validate_report
 from tests.report.conftest import fixture_document
+from tests.report.helpers import report_schema, validate_report
+from tests.report.scenarios import SCENARIOS
 
 
 def test_schema_is_draft_2020_12_and_itself_valid() -> None:
@@ -51,10 +52,20 @@ def test_missing_core_key_is_reported() -> None:
     assert validate_report(document) == ["<root>: 'findings' is a required property"]
 
 
-def test_document_without_schema_version_loads_as_version_1() -> None:
+def test_a_version_1_document_gains_the_headline_and_table_a_new_one_has() -> None:
+    """Version 1 had no ``headline`` or ``consistency``; reading one builds them as to_dict does."""
+    current = SCENARIOS["failed-check"]().to_dict()
+    old = {k: v for k, v in current.items() if k not in ("headline", "consistency")}
+    upgraded = upgrade({**old, "schema_version": 1})
+    assert upgraded == current and SCHEMA_VERSION == 2
+    assert upgrade({k: v for k, v in old.items() if k != "schema_version"}) == current
+    assert validate_report(upgraded) == []
+
+
+def test_a_current_document_keeps_what_it_says() -> None:
     document = fixture_document("preflight")
-    del document["schema_version"]
-    assert upgrade(document)["schema_version"] == SCHEMA_VERSION == 1
+    document["headline"] = {**document["headline"], "answer": "as written"}
+    assert upgrade(document)["headline"]["answer"] == "as written"
 
 
 def test_newer_schema_is_refused_with_the_reason(tmp_path: Path) -> None:

@@ -93,3 +93,15 @@ def test_redact_env_by_name_case_insensitive() -> None:
         "NCCL_DEBUG": "INFO",
         "N": None,
     }
+
+
+def test_no_secret_reaches_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI prints the Report a run returns through print_report: the redacted document, as
+    every other view renders it, not the object with the secrets still in it."""
+    from nccldoctor.cli.console import print_report
+
+    print_report(hostile(), verbose=True)
+    out = capsys.readouterr().out
+    assert f"WANDB_API_KEY={REDACTED}" in out and f"https://{REDACTED}@pypi.example.org" in out
+    for secret in SECRET_VALUES:
+        assert secret not in out

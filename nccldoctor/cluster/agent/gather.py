@@ -18,16 +18,19 @@ from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.cluster.diagnosis.findings import master_lost_findings
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.report import Report
+from nccldoctor.report.document import with_summaries
 
 
 def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
     """Best effort: when the master is gone, the node's own report on disk is what remains.
 
     The world's node list stays out: the master has it, and N nodes sending N entries each
-    would make the exit barrier's traffic and the master's memory grow as N squared."""
+    would make the exit barrier's traffic and the master's memory grow as N squared (so the
+    summaries, whose consistency table has a row per node, are rebuilt without it)."""
     doc = report.to_dict()
     doc["report_path"] = str(path)
     doc["cluster"] = {**doc.get("cluster", {}), "nodes": []}
+    doc = with_summaries(doc)
     with contextlib.suppress(Exception):
         store.set(keys.result(node_rank), json.dumps(doc))
 
