@@ -1,5 +1,6 @@
-"""One way to start `nccldoctor check` on a lab host: the demo, the tests and the benchmarks all
-call ``start_check``, so the command line, the environment and the import path are written once.
+"""One way to start `nccldoctor check` (or `watch`) on a lab host: the demo, the tests and the
+benchmarks all call ``start_check``, so the command line, the environment and the import path are
+written once.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ _NOT_INHERITED_PREFIXES = ("MASTER_", "NCCLDOCTOR_", "SLURM_")
 _NOT_INHERITED = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
-def check_argv(out: Path, args: Sequence[str]) -> list[str]:
-    """``python -m nccldoctor check --out OUT ARGS`` with this interpreter."""
-    return [sys.executable, "-m", "nccldoctor", "check", "--out", str(out), *args]
+def check_argv(out: Path, args: Sequence[str], command: str = "check") -> list[str]:
+    """``python -m nccldoctor COMMAND --out OUT ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "nccldoctor", command, "--out", str(out), *args]
 
 
 def check_env(
@@ -49,12 +50,14 @@ def start_check(
     host: LabHost | None = None,
     shm_size: str | None = None,
     hostname: str | None = None,
+    command: str = "check",
     **popen_kwargs: object,
 ) -> subprocess.Popen:
     """Start `nccldoctor check` for ``node_name`` in a session of its own: inside ``host``'s
     namespace of ``lab``, or here (loopback) without one; with ``shm_size``/``hostname`` on a
-    private /dev/shm and hostname (see ``isolated``). ``popen_kwargs`` go to Popen (stdout...)."""
-    argv = check_argv(out, args)
+    private /dev/shm and hostname (see ``isolated``); ``command`` "watch" starts `nccldoctor watch`
+    the same way. ``popen_kwargs`` go to Popen (stdout...)."""
+    argv = check_argv(out, args, command)
     child_env = check_env(env, node_name, extra_env)
     if lab is not None and host is not None:
         return lab.popen(host, argv, child_env, shm_size=shm_size, hostname=hostname,

@@ -111,11 +111,13 @@ class Lab:
         env: dict | None = None,
         shm_size: str | None = None,
         hostname: str | None = None,
+        command: str = "check",
     ) -> NodeRun:
-        """`nccldoctor check --out OUT ARGS` inside ``host``'s namespace, with ``env`` on top of
-        the lab's (on a /dev/shm of ``shm_size``, under ``hostname``: see NetLab.popen)."""
+        """`nccldoctor COMMAND --out OUT ARGS` inside ``host``'s namespace, with ``env`` on top
+        of the lab's (on a /dev/shm of ``shm_size``, under ``hostname``: see NetLab.popen)."""
         proc = start_check(args, out=out, node_name=host.name, env=os.environ, extra_env=env,
                            lab=self.net, host=host.lab_host, shm_size=shm_size, hostname=hostname,
+                           command=command,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         run = NodeRun(host, proc, out, time.monotonic())
         self.runs.append(run)
