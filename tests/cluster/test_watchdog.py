@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
-from nccldoctor.cluster.agent.monitor import GRACE_S, last_nccl_lines, monitor
+from nccldoctor.cluster.agent.monitor import GRACE_S, monitor
 from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.forensics.capture import last_nccl_lines
 
 # A process speaking the worker's side of the contract: events, heartbeats, SIGUSR1 stacks.
 CHILD = textwrap.dedent("""
@@ -82,5 +83,6 @@ def test_a_rank_that_ends_is_not_stuck(tmp_path):
 def test_last_nccl_lines(tmp_path):
     lines = [f"host:1:1 [0] NCCL INFO line {i}" for i in range(8)]
     (tmp_path / "nccl.host.1.log").write_text("\n".join(["not nccl", *lines]) + "\n")
-    assert last_nccl_lines(tmp_path, 3) == lines[-3:]
-    assert last_nccl_lines(tmp_path / "none") == []
+    assert last_nccl_lines(tmp_path.glob("nccl.*.log"), 3) == lines[-3:]
+    assert last_nccl_lines((tmp_path / "none").glob("nccl.*.log")) == []
+    assert last_nccl_lines([tmp_path / "vanished.log"]) == []  # a file gone meanwhile is no error
