@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nccldoctor.forensics.behind import Position
+from nccldoctor.forensics.behind import behind as forensics_behind
 from nccldoctor.forensics.stacks import (
     in_collective,
     main_thread_frames,
@@ -51,15 +53,13 @@ def _label(state: RankState) -> str:
     return f"rank {p.rank} (pid {p.pid} on {p.host})" if p.rank is not None else f"pid {p.pid}"
 
 
+def _position(state: RankState) -> Position:
+    return Position(last_seq=state.last_seq, in_collective=bool(state.in_collective))
+
+
 def behind(states: list[RankState]) -> list[RankState]:
     """The ranks that are behind: fewest collectives issued, else the ones outside a collective."""
-    seqs = [s.last_seq for s in states if s.last_seq is not None]
-    if len(seqs) == len(states) and len(set(seqs)) > 1:
-        return [s for s in states if s.last_seq == min(seqs)]
-    waiting = [s for s in states if s.in_collective]
-    if waiting and len(waiting) < len(states):
-        return [s for s in states if not s.in_collective]
-    return []
+    return forensics_behind(states, _position)
 
 
 def hang_verdict(states: list[RankState], idle_s: float) -> tuple[str, list[Finding]]:
