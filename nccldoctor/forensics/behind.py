@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nccldoctor.forensics.stacks import Frame, main_thread_frames
+from nccldoctor.forensics.stacks import Frame, in_collective, main_thread_frames, user_frame
 
 T = TypeVar("T")
 
@@ -87,17 +87,16 @@ def _keys(
     return key
 
 
-def main_thread_frame(stacks: str | None) -> Frame | None:
-    """The innermost frame of the main thread in a stack dump (faulthandler's or py-spy's)."""
-    frames = main_thread_frames(stacks or "")
-    return frames[0] if frames else None
+def stopped_at(stacks: str | None) -> Frame | None:
+    """Where the main thread stopped in the user's code: its innermost frame outside libraries,
+    with the loop variables (step, epoch) when py-spy read its locals."""
+    return user_frame(main_thread_frames(stacks or ""))
 
 
 def _inside_collective(r: dict[str, Any]) -> bool:
     """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
     ranks stuck in one phase it is not the one the others wait for."""
-    frame = main_thread_frame(r.get("stacks"))
-    return frame is not None and frame.in_collective
+    return in_collective(main_thread_frames(r.get("stacks") or ""))
 
 
 def culprits(ranks: list[dict[str, Any]], phases: Sequence[str]) -> list[dict[str, Any]]:

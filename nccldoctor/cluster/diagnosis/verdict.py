@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nccldoctor.cluster.agent.monitor import WORKER_PHASES
-from nccldoctor.forensics.behind import categorize, culprits, main_thread_frame
+from nccldoctor.forensics.behind import categorize, culprits, stopped_at
 from nccldoctor.model import Finding, Severity
 
 # The verdict names the cause and at most this many groups of other ranks.
@@ -148,7 +148,7 @@ def rank_findings(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> list
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
-        frame = main_thread_frame(r.get("stacks"))
+        frame = stopped_at(r.get("stacks"))
         evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
         evidence.append(f"log: {r['log_path']}")
