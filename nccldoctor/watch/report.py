@@ -8,7 +8,7 @@ from typing import Any
 
 from nccldoctor.model import Finding
 from nccldoctor.ncclog.explain import explain
-from nccldoctor.ncclog.inputs import Source
+from nccldoctor.ncclog.inputs import file_sources
 from nccldoctor.report import Report
 from nccldoctor.watch.supervisor import WatchOutcome
 from nccldoctor.watch.verdict import crash_verdict, hang_verdict, rank_state
@@ -16,10 +16,10 @@ from nccldoctor.watch.verdict import crash_verdict, hang_verdict, rank_state
 
 def explain_job_logs(log_dir: Path) -> tuple[dict[str, Any], list[Finding]]:
     """What the job's NCCL logs and its ranks' tracebacks say: the summary and known signatures."""
-    files = sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")])
-    if not files:
+    sources = file_sources(sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")]))
+    if not sources:
         return {}, []
-    return explain([Source(str(p), p.stat().st_size) for p in files])
+    return explain(sources)
 
 
 def watch_report(
