@@ -8,32 +8,10 @@ The injected sitecustomize writes ``proc.<pid>.json`` (identity), answers SIGUSR
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccldoctor.forensics.capture import flight_recorder, last_nccl_lines, python_stacks
-
-
-@dataclass
-class RankProcess:
-    pid: int
-    rank: int | None
-    local_rank: int | None
-    host: str
-    argv: list[str]
-
-
-@dataclass
-class RankEvidence:
-    process: RankProcess
-    stacks: str | None = None
-    stacks_source: str | None = None  # py-spy | faulthandler
-    last_nccl_lines: list[str] = field(default_factory=list)
-    nccl_log: str | None = None
-    flight_recorder: list[dict] | None = None  # the dump's entries
-    flight_recorder_error: str | None = None
-    error: str | None = None  # the uncaught exception's traceback
-    error_time: float | None = None  # when it was written: the first failure is the cause
+from nccldoctor.forensics.ranks import RankEvidence, RankProcess
 
 
 def known_processes(watch_dir: Path) -> dict[int, RankProcess]:

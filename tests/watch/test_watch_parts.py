@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.diagnosis.verdict import rank_findings
+from nccldoctor.forensics.ranks import RankEvidence, RankProcess, rank_state
 from nccldoctor.forensics.stacks import main_thread_frames, traceback_frames, user_frame
-from nccldoctor.watch.evidence import RankEvidence, RankProcess, collect, known_processes
+from nccldoctor.watch.evidence import collect, known_processes
 from nccldoctor.watch.liveness import LivenessTracker, Sample
 from nccldoctor.watch.supervisor import job_env
-from nccldoctor.watch.verdict import rank_state
 
 SLEEPER = """
 import time
