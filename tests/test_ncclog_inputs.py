@@ -6,7 +6,8 @@ import gzip
 
 import pytest
 
-from nccldoctor.ncclog.inputs import BlockReader, InputError, expand_inputs
+from nccldoctor.ncclog import explain
+from nccldoctor.ncclog.inputs import BlockReader, InputError, expand_inputs, file_sources
 
 
 def _lines(name, **kw):
@@ -63,3 +64,14 @@ def test_gzip_and_unreadable(tmp_path):
     assert reader.read_error is not None
     missing = BlockReader(str(tmp_path / "gone"))
     assert list(missing) == [] and "FileNotFoundError" in (missing.read_error or "")
+
+
+def test_a_log_deleted_while_it_is_read_is_an_absence_or_a_read_error(tmp_path):
+    kept, gone, late = (tmp_path / f"nccl.h.{pid}.log" for pid in (1, 2, 3))
+    for path in (kept, late):
+        path.write_text("h:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>\n")
+    sources = file_sources([kept, gone, late])  # ``gone`` was deleted after the folder listing
+    assert [s.name for s in sources] == [str(kept), str(late)]
+    late.unlink()  # deleted between the listing and the parse
+    _, findings = explain(sources)
+    assert [f.id for f in findings] == ["logs.unreadable"]

@@ -52,7 +52,7 @@ def watch(
 
     Exit code: the job's own, or 3 when watch ended a hung job.
     """
-    from nccldoctor.cluster.agent.rendezvous import RendezvousError
+    from nccldoctor.meet import RendezvousError
     from nccldoctor.watch.peers import WatchPeers
     from nccldoctor.watch.report import watch_report
     from nccldoctor.watch.supervisor import WatchConfig, WatchOutcome, run_watched

@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 import gzip
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +28,19 @@ class InputError(Exception):
 class Source:
     name: str  # the path as the user will recognise it, or "-"
     size: int  # bytes on disk (compressed size for .gz); 0 for stdin
+
+
+def file_sources(paths: Iterable[Path]) -> list[Source]:
+    """Sources for the files among ``paths`` that still exist: a rank's log deleted while
+    nccldoctor reads its folder is an absence, not a crash (one that vanishes later, between
+    this and its parse, is a read error the summary counts)."""
+    sources = []
+    for path in paths:
+        try:
+            sources.append(Source(str(path), path.stat().st_size))
+        except OSError:
+            continue
+    return sources
 
 
 def expand_inputs(args: list[str]) -> list[Source]:

@@ -14,9 +14,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from nccldoctor.cluster.agent.reach import is_local
-from nccldoctor.cluster.agent.rendezvous import RendezvousError, connect_store, host_store
 from nccldoctor.facts import from_dict
+from nccldoctor.meet import RendezvousError, connect_store, host_store, is_local
 from nccldoctor.watch.evidence import RankEvidence
 
 PREFIX = "nccldoctor/watch"

@@ -6,20 +6,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from checks import run_checks
+from nccldoctor.forensics.ranks import JobSeen, rank_state
 from nccldoctor.model import Finding
 from nccldoctor.ncclog.explain import explain
-from nccldoctor.ncclog.inputs import Source
+from nccldoctor.ncclog.inputs import file_sources
 from nccldoctor.report import Report
 from nccldoctor.watch.supervisor import WatchOutcome
-from nccldoctor.watch.verdict import crash_verdict, hang_verdict, rank_state
 
 
 def explain_job_logs(log_dir: Path) -> tuple[dict[str, Any], list[Finding]]:
     """What the job's NCCL logs and its ranks' tracebacks say: the summary and known signatures."""
-    files = sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")])
-    if not files:
+    sources = file_sources(sorted([*log_dir.glob("nccl.*.log"), *log_dir.glob("error.*.txt")]))
+    if not sources:
         return {}, []
-    return explain([Source(str(p), p.stat().st_size) for p in files])
+    return explain(sources)
 
 
 def watch_report(
@@ -31,9 +32,11 @@ def watch_report(
     )
     # Only the processes that are ranks matter (torchrun's own agent is not one).
     ranked = [s for s in states if s.rank is not None] or states
+    findings = run_checks("job", JobSeen(ranked, outcome.hung, outcome.idle_s, outcome.exit_code))
+    # the one job check that fires says what happened; a healthy job fires none
+    sentence = findings[0].title if findings else "The job finished successfully."
     hang = None
     if outcome.hung:
-        sentence, findings = hang_verdict(ranked, outcome.idle_s)
         hang = {
             "phase": "training",
             "stuck": [
@@ -47,10 +50,6 @@ def watch_report(
             ],
             "verdict": sentence,
         }
-    elif outcome.exit_code != 0:
-        sentence, findings = crash_verdict(ranked, outcome.exit_code)
-    else:
-        sentence, findings = "The job finished successfully.", []
     nccl, log_findings = explain_job_logs(log_dir)
     seen = {f.id for f in findings}
     findings += [f for f in log_findings if f.id not in seen]

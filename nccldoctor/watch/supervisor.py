@@ -23,6 +23,7 @@ from typing import BinaryIO
 import psutil
 
 from nccldoctor.debugenv import debug_env
+from nccldoctor.forensics.stop import stop_groups
 from nccldoctor.watch.evidence import collect, known_processes
 from nccldoctor.watch.liveness import LivenessTracker, Sample
 from nccldoctor.watch.peers import WatchPeers
@@ -123,7 +124,7 @@ def run_watched(
                 on_hang(outcome)
                 if not config.keep_running:
                     on_event("ending the hung job")
-                    _end(job)
+                    stop_groups([job], TERMINATE_GRACE_S)
                     outcome.ended_by_watch = True
             time.sleep(POLL_S)
     finally:
@@ -184,20 +185,6 @@ def _sample(root_pid: int, watch_dir: Path, now: float, output_bytes: int) -> Sa
         except OSError:
             continue
     return Sample(time=now, cpu_seconds=cpu, log_bytes=logs, output_bytes=output_bytes)
-
-
-def _end(job: subprocess.Popen) -> None:
-    """SIGTERM the job's process group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, TERMINATE_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(job.pid, sig)
-        except OSError:
-            return
-        try:
-            job.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _forward_signals(job: subprocess.Popen) -> dict[int, object]:

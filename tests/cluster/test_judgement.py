@@ -119,7 +119,7 @@ def test_categorize_error_text():
 
 
 def test_main_thread_frame_of_a_faulthandler_dump():
-    from nccldoctor.cluster.diagnosis.verdict import main_thread_frame
+    from nccldoctor.forensics.behind import stopped_at as main_thread_frame
 
     dump = (
         "Current thread 0x1 (most recent call first):\n"

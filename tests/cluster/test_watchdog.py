@@ -5,13 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
-from nccldoctor.cluster.agent.monitor import GRACE_S, last_nccl_lines, monitor
+from nccldoctor.cluster.agent.monitor import GRACE_S, monitor
+from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.forensics.capture import last_nccl_lines
 
 # A process speaking the worker's side of the contract: events, heartbeats, SIGUSR1 stacks.
 CHILD = textwrap.dedent("""
@@ -82,5 +85,17 @@ def test_a_rank_that_ends_is_not_stuck(tmp_path):
 def test_last_nccl_lines(tmp_path):
     lines = [f"host:1:1 [0] NCCL INFO line {i}" for i in range(8)]
     (tmp_path / "nccl.host.1.log").write_text("\n".join(["not nccl", *lines]) + "\n")
-    assert last_nccl_lines(tmp_path, 3) == lines[-3:]
-    assert last_nccl_lines(tmp_path / "none") == []
+    assert last_nccl_lines(tmp_path.glob("nccl.*.log"), 3) == lines[-3:]
+    assert last_nccl_lines((tmp_path / "none").glob("nccl.*.log")) == []
+    assert last_nccl_lines([tmp_path / "vanished.log"]) == []  # a file gone meanwhile is no error
+
+
+def test_a_nccl_log_deleted_mid_run_leaves_the_rank_stuck_not_the_agent_crashed(tmp_path):
+    launched = start(tmp_path, "barrier", "beat")
+    nccl_log = launched.rank_dir / "nccl.host.1.log"
+    nccl_log.write_text("host:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>\n")
+    threading.Timer(0.5, nccl_log.unlink).start()
+    watch = monitor([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
+    ranks, _, _ = worker_sections(watch)
+    assert ranks[0]["state"] == "stuck" and ranks[0]["last_nccl_lines"] == []
+    assert nccl_section(ranks) == (None, [])

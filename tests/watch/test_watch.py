@@ -107,3 +107,25 @@ def test_bad_hang_after(tmp_path, value):
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2
+
+
+def test_a_log_deleted_mid_run_does_not_end_the_watch_as_crashed(tmp_path):
+    out = tmp_path / "w"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    job = (
+        "import os, pathlib, sys, time\n"
+        "log = pathlib.Path(os.environ['NCCLDOCTOR_WATCH_DIR']) / f'nccl.h.{os.getpid()}.log'\n"
+        "log.write_text('h:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>\\n')\n"
+        "time.sleep(1.5)\n"  # the watcher samples the log while it exists
+        "log.unlink()\n"
+        "sys.exit(5)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "watch", "--out", str(out), "--",
+         sys.executable, "-c", job],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 5, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["watch"]["exit_code"] == 5
+    assert [f["id"] for f in report["findings"]] == ["watch.exit-nonzero"]

@@ -8,8 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from nccldoctor.cluster.diagnosis.verdict import rank_findings
+from nccldoctor.forensics.ranks import RankEvidence, RankProcess, rank_state
 from nccldoctor.forensics.stacks import main_thread_frames, traceback_frames, user_frame
-from nccldoctor.watch.evidence import RankProcess, collect, known_processes
+from nccldoctor.watch.evidence import collect, known_processes
 from nccldoctor.watch.liveness import LivenessTracker, Sample
 from nccldoctor.watch.supervisor import job_env
 
@@ -101,6 +103,24 @@ Thread 17826 (idle): "nccldoctor-fr"
 """
     frame = user_frame(main_thread_frames(dump))
     assert frame.describe() == "/work/train.py:33 in main (step=3)"
+
+
+def test_check_and_watch_name_the_same_step_of_a_stuck_rank():
+    dump = """Thread 17825 (idle): "MainThread"
+    wait (/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py:2501)
+    train (/work/train.py:33)
+        Locals:
+            step: 7
+    <module> (/work/train.py:45)
+"""
+    stuck = {"node": "A", "rank": 1, "state": "stuck", "phase_reached": "ddp", "error": None,
+             "exit_code": -9, "stuck": "still in ddp", "stacks": dump, "last_nccl_lines": [],
+             "log_path": "rank1/worker.log", "ended_at": None}  # fmt: skip
+    (finding,) = rank_findings([stuck])
+    process = RankProcess(pid=1, rank=1, local_rank=1, host="A", argv=[])
+    watched = rank_state(RankEvidence(process=process, stacks=dump))
+    assert watched.where == "/work/train.py:33 in train (step=7)"
+    assert f"main thread stopped at: {watched.where}" in finding.evidence
 
 
 def test_liveness_idle_only_when_nothing_moves():

@@ -3,8 +3,8 @@
 ``monitor`` polls every rank's ``events.jsonl`` and process. A live rank that overstays its
 phase's budget (plus a short grace, so the worker's own timeout fires first), falls silent for
 ``heartbeat`` seconds, or never starts, is stuck: the watchdog saves what shows where it stopped
-(its phase, its last NCCL lines, Python stacks via SIGUSR1/faulthandler and py-spy when
-installed, the Flight Recorder dump on NCCL) before it ends the workers (SIGTERM, then SIGKILL).
+(its phase, its last NCCL lines, Python stacks from ``nccldoctor.forensics``: py-spy with
+locals when installed, faulthandler otherwise, the Flight Recorder dump on NCCL) before it ends the workers (SIGTERM, then SIGKILL).
 The loop survives its own errors: a bad line or a vanished file is skipped, never fatal.
 
 Rank states: ``starting`` (no event yet) → ``running`` (a phase started) → ``exited`` (the
@@ -14,17 +14,15 @@ process ended, ``exit_code`` set) or ``stuck`` (the watchdog stopped it).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
+from nccldoctor.forensics.stop import stop_groups
 
 # Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
 # phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
@@ -62,7 +60,7 @@ class RankWatch:
     node: str
     events: list[dict] = field(default_factory=list)
     phase: str | None = None  # the last phase that started
-    phase_status: str = "starting"  # start | heartbeat | ok | fail (of ``phase``)
+    phase_status: str = "starting"  # start | ok | fail (of ``phase``; heartbeats only count)
     phase_started: float = 0.0  # monotonic, when the agent read the phase's start
     last_seen: float = 0.0  # monotonic, the last event of any kind
     exit_code: int | None = None
@@ -151,7 +149,9 @@ def monitor(
             break
         _wait_any(ranks, poll_s)
     for r in ranks:
-        r.last_nccl_lines = r.last_nccl_lines or last_nccl_lines(r.launched.rank_dir)
+        r.last_nccl_lines = r.last_nccl_lines or last_nccl_lines(
+            r.launched.rank_dir.glob("nccl.*.log")
+        )
     return WatchResult(ranks, reason, time.monotonic() - start)
 
 
@@ -173,7 +173,7 @@ def observe(launched: list[Launched], node: str, reason: str) -> WatchResult:
     for r in ranks:
         r.read_events(now)
         r.exit_code = r.launched.proc.poll()
-        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir)
+        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir.glob("nccl.*.log"))
     return WatchResult(ranks, reason, 0.0)
 
 
@@ -185,7 +185,7 @@ def _stuck_reason(
             continue
         if r.phase is None and now - start > timeouts.startup:
             r.stuck = f"no event within {timeouts.startup:.0f} s of its start"
-        elif r.phase_status in ("start", "heartbeat") and r.phase is not None:
+        elif r.phase_status == "start" and r.phase is not None:
             budget = phase_budget(r.phase, timeouts)
             if now - r.phase_started > budget + GRACE_S:
                 r.stuck = f"still in {r.phase} after {now - r.phase_started:.1f} s (budget {budget:.0f} s)"
@@ -199,81 +199,16 @@ def _stuck_reason(
     return "; ".join(f"rank {r.rank}: {r.stuck}" for r in stuck)
 
 
-def collect_evidence(ranks: list[RankWatch], backend: str, wait_s: float = 1.0) -> None:
+def collect_evidence(ranks: list[RankWatch], backend: str) -> None:
     """Stacks, last NCCL lines and Flight Recorder dumps of live ranks, before anything is killed."""
     for r in ranks:
-        try:
-            os.kill(r.launched.proc.pid, signal.SIGUSR1)
-        except OSError:
-            continue
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and not all(
-        _stacks_file(r).stat().st_size > 0 for r in ranks if _stacks_file(r).exists()
-    ):
-        time.sleep(0.1)
-    time.sleep(0.2)  # faulthandler writes thread by thread
-    pyspy = shutil.which("py-spy")
-    for r in ranks:
-        try:
-            r.stacks = _stacks_file(r).read_text(errors="replace") or None
-        except OSError:
-            r.stacks = None
-        if pyspy:
-            r.stacks = (r.stacks or "") + _pyspy_dump(pyspy, r.launched.proc.pid)
+        r.stacks, _ = python_stacks(r.launched.proc.pid, r.launched.rank_dir / "stacks.txt")
         if backend == "nccl":
             dumps = sorted(r.launched.rank_dir.glob("fr_trace_rank_*"))
             r.flight_recorder = str(dumps[-1]) if dumps else None
-        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir)
-
-
-def _stacks_file(r: RankWatch) -> Path:
-    return r.launched.rank_dir / "stacks.txt"
-
-
-def _pyspy_dump(pyspy: str, pid: int) -> str:
-    try:
-        out = subprocess.run(
-            [pyspy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=5
-        )
-        return "\n# py-spy dump\n" + out.stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"\n# py-spy dump failed: {exc}\n"
-
-
-def last_nccl_lines(directory: Path, count: int = 5) -> list[str]:
-    """The last lines of the NCCL debug files of one rank (``NCCL_DEBUG_FILE=nccl.%h.%p.log``)."""
-    lines: list[str] = []
-    for path in sorted(directory.glob("nccl.*.log"), key=lambda p: p.stat().st_mtime):
-        try:
-            with open(path, "rb") as f:
-                start = max(0, f.seek(0, os.SEEK_END) - 16384)
-                f.seek(start)
-                text = f.read().decode(errors="replace").splitlines()
-                lines.extend(text[1:] if start else text)  # the first line may be cut
-        except OSError:
-            continue
-    return [line for line in lines if "NCCL" in line][-count:]
+        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir.glob("nccl.*.log"))
 
 
 def stop(launched: list[Launched], term_wait_s: float = 2.0) -> None:
     """SIGTERM every live worker's session, then SIGKILL what is left after ``term_wait_s``."""
-    for item in launched:
-        _signal_group(item.proc, signal.SIGTERM)
-    deadline = time.monotonic() + term_wait_s
-    while time.monotonic() < deadline and any(i.proc.poll() is None for i in launched):
-        time.sleep(0.1)
-    for item in launched:
-        _signal_group(item.proc, signal.SIGKILL)
-        try:
-            item.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except OSError:
-        return
+    stop_groups([item.proc for item in launched], term_wait_s)

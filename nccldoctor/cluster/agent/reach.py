@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nccldoctor.meet import is_local  # noqa: F401  (the agent imports it from here)
 from nccldoctor.probes.netpath import hosts_entries
 
 
@@ -72,18 +73,6 @@ def interface_of(address: str) -> str | None:
         if any(a.family == socket.AF_INET and a.address == address for a in addrs):
             return name
     return None
-
-
-def is_local(address: str) -> bool:
-    """Does this node own ``address``? (The master is the node that can bind to it.)"""
-    try:
-        if ipaddress.ip_address(address).is_loopback:
-            return True
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((address, 0))
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def locate(master: str, root: Path = Path("/")) -> ReachResult:

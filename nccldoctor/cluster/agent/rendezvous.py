@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-
-class RendezvousError(RuntimeError):
-    """The node could not join: the store was unreachable, the world never came, or no place."""
+# the store helpers live where watch meets too; the agent reaches them through this module
+from nccldoctor.meet import RendezvousError, connect_store, host_store  # noqa: F401
 
 
 @dataclass
@@ -88,28 +87,6 @@ class Keys:
 
     def result(self, node_rank: int) -> str:
         return f"{self.prefix}/result/{node_rank}"
-
-
-def host_store(port: int, timeout_s: float) -> Any:
-    """The master's TCPStore, listening on every interface at ``port``."""
-    from torch.distributed import TCPStore
-
-    return TCPStore(
-        "127.0.0.1",
-        port,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_s),
-    )
-
-
-def connect_store(master: str, port: int, timeout_s: float) -> Any:
-    from torch.distributed import TCPStore
-
-    try:
-        return TCPStore(master, port, is_master=False, timeout=timedelta(seconds=timeout_s))
-    except Exception as exc:  # torch raises DistNetworkError/RuntimeError/TimeoutError
-        raise RendezvousError(f"could not connect to the store at {master}:{port}: {exc}") from exc
 
 
 def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:

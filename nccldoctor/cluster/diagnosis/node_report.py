@@ -118,12 +118,13 @@ def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
     from pathlib import Path
 
     from nccldoctor.ncclog import explain
-    from nccldoctor.ncclog.inputs import Source
+    from nccldoctor.ncclog.inputs import file_sources
 
     files = [p for r in ranks for p in sorted(Path(r["log_path"]).parent.glob("nccl.*.log"))]
-    if not files:
+    sources = file_sources(files)
+    if not sources:
         return None, []
-    summary, findings = explain([Source(str(p), p.stat().st_size) for p in files], jobs=1)
+    summary, findings = explain(sources, jobs=1)
     return summary, findings
 
 

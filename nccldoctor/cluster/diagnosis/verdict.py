@@ -11,45 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from nccldoctor.cluster.agent.monitor import WORKER_PHASES
-from nccldoctor.forensics.stacks import Frame, main_thread_frames
+from nccldoctor.forensics.behind import categorize, culprits, stopped_at
 from nccldoctor.model import Finding, Severity
 
 # The verdict names the cause and at most this many groups of other ranks.
 VERDICT_GROUPS = 4
 PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
-
-# Error text -> category, for what a rank's own error says (first match wins).
-_ERROR_CATEGORIES = (
-    (
-        ("unable to find address", "socket_ifname", "no socket interface", "ifname"),
-        "interface_selection",
-    ),
-    (
-        (
-            "connection closed",
-            "connection reset",
-            "broken pipe",
-            "remote process exited",
-            "peer closed",
-        ),
-        "remote_peer_closed",
-    ),
-    (("timed out", "timeout", "deadline"), "collective_timeout_hang"),
-    (("connection refused", "no route to host", "connect"), "connect_refused_or_timeout"),
-    (("cuda",), "cuda_error"),
-)
-
-
-def categorize(error: str | None) -> str:
-    text = (error or "").lower()
-    for needles, category in _ERROR_CATEGORIES:
-        if any(n in text for n in needles):
-            return category
-    return "other"
-
-
-def _phase_order(phase: str | None) -> int:
-    return WORKER_PHASES.index(phase) if phase in WORKER_PHASES else -1
 
 
 def _label(phase: str | None) -> str:
@@ -65,42 +32,12 @@ def _first_line(text: str | None, phase: str | None = None, limit: int = 200) ->
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def main_thread_frame(stacks: str | None) -> Frame | None:
-    """The innermost frame of the main thread in a stack dump (faulthandler's or py-spy's)."""
-    frames = main_thread_frames(stacks or "")
-    return frames[0] if frames else None
-
-
-def _inside_collective(r: dict[str, Any]) -> bool:
-    """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
-    ranks stuck in one phase it is not the one the others wait for."""
-    frame = main_thread_frame(r.get("stacks"))
-    return frame is not None and frame.in_collective
-
-
-def culprits(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ranks that did not end well, cause first: stuck ranks, the earliest phase, a main
-    thread outside torch.distributed before one waiting in a collective, then by end time."""
-    bad = [r for r in ranks if r["state"] != "ok"]
-
-    def key(r: dict[str, Any]) -> tuple:
-        return (
-            r["state"] != "stuck",
-            _phase_order(r["phase_reached"]),
-            _inside_collective(r),
-            r.get("ended_at") or float("inf"),
-            r["rank"],
-        )
-
-    return sorted(bad, key=key)
-
-
 def hang_section(
     ranks: list[dict[str, Any]], lost: Sequence[str] = (), cause: str | None = None
 ) -> dict[str, Any] | None:
     """The contract's ``hang`` section: null when every rank ended well and no node was lost.
     ``cause`` (see ``causes``), when the network explains the stop, leads the verdict."""
-    ordered = culprits(ranks)
+    ordered = culprits(ranks, WORKER_PHASES)
     if not ordered and not lost:
         return None
     if _lost_is_cause(ordered, lost):
@@ -204,14 +141,14 @@ def worker_findings(
 
 def rank_findings(ranks: list[dict[str, Any]], lost: Sequence[str] = ()) -> list[Finding]:
     findings = []
-    ordered = culprits(ranks)
+    ordered = culprits(ranks, WORKER_PHASES)
     first = 0 if not _lost_is_cause(ordered, lost) else None  # the cause among the ranks
     for i, r in enumerate(ordered):
         category = "collective_timeout_hang" if r["state"] == "stuck" else categorize(r["error"])
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {_first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
-        frame = main_thread_frame(r.get("stacks"))
+        frame = stopped_at(r.get("stacks"))
         evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
         evidence.append(f"log: {r['log_path']}")

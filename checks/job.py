@@ -1,0 +1,101 @@
+"""Checks over what `nccldoctor watch` saw of the user's own job (``scope="job"``).
+
+The subject is a :class:`~nccldoctor.forensics.ranks.JobSeen`: each rank's stacks, Flight
+Recorder and error, whether the job stopped moving, and its exit code. The title of the one
+check that fires is the watch report's verdict sentence.
+"""
+
+from __future__ import annotations
+
+from checks import Problem, check
+from nccldoctor.forensics.ranks import JobSeen, ranks_behind
+from nccldoctor.model import Severity
+
+
+@check("watch.hang", area="run", category="collective_timeout_hang", scope="job")
+def hang(job: JobSeen) -> Problem | None:
+    """The job made no progress: which rank is behind, and where its stack stopped."""
+    if not job.hung:
+        return None
+    states = job.ranks
+    late = ranks_behind(states)
+    others = [s for s in states if s not in late]
+    parts, evidence = [], []
+    for s in late:
+        at = f" at {s.where}" if s.where else ""
+        seq = f"; its last collective was #{s.last_seq} ({s.last_op})" if s.last_seq else ""
+        outside = ", not inside a collective" if s.in_collective is False else ""
+        parts.append(f"{s.label} is behind{at}{outside}{seq}")
+    if others:
+        seqs = sorted({s.last_seq for s in others if s.last_seq is not None})
+        ranks = ", ".join(str(s.rank) for s in others)
+        waiting = (
+            f" in collective #{seqs[-1]} ({others[0].last_op})" if seqs else " in a collective"
+        )
+        who = f"ranks {ranks} wait" if len(others) > 1 else f"rank {ranks} waits"
+        parts.append(f"{who}{waiting}")
+    for s in states:
+        evidence.append(
+            f"{s.label}: last collective #{s.last_seq} {s.last_op or ''}; "
+            f"stack: {s.where or 'unknown'}; in collective: {s.in_collective}"
+        )
+        evidence.extend(f"  {line}" for line in s.evidence.last_nccl_lines[-3:])
+    if not late:
+        parts.append("no rank is behind the others: all stopped together (a deadlock in a "
+                     "collective, the network, or work outside torch.distributed)")  # fmt: skip
+    return Problem(
+        Severity.FAIL,
+        f"The job made no progress for {job.idle_s:.0f} s: " + "; ".join(parts) + ".",
+        evidence,
+        fix=(
+            "Look at the code the behind rank is running (its stack above): a rank that skips or "
+            "reorders a collective (data-dependent branches, uneven batches without "
+            "DistributedSampler(drop_last=True)) hangs the others. If every rank is inside the "
+            "same collective, run `nccldoctor check` across the nodes to test the network."
+        ),
+        rank=late[0].rank if late else None,
+        node=late[0].evidence.process.host if late else None,
+    )
+
+
+def _failed_first(job: JobSeen) -> list:
+    """The ranks that left a traceback, first failure first: the first is the cause, the
+    others' errors (peer closed the connection, remote process exited) follow from it."""
+    failed = [s for s in job.ranks if s.evidence.error]
+    return sorted(failed, key=lambda s: s.evidence.error_time or 0)
+
+
+@check("watch.rank-failed", area="run", category="other", scope="job")
+def rank_failed(job: JobSeen) -> Problem | None:
+    """The job exited with an error: the first rank that failed, and its traceback."""
+    failed = _failed_first(job)
+    if job.hung or job.exit_code == 0 or not failed:
+        return None
+    first = failed[0]
+    error_lines = [ln for ln in (first.evidence.error or "").splitlines() if ln.strip()]
+    last_error = error_lines[-1] if error_lines else "unknown error"
+    at = f" at {first.where}" if first.where else ""
+    warns = [ln for s in job.ranks for ln in s.evidence.last_nccl_lines if "NCCL WARN" in ln]
+    return Problem(
+        Severity.FAIL,
+        f"{first.label} failed{at}: {last_error}",
+        error_lines[-8:] + warns[-5:],
+        fix="The traceback names the failing line; the NCCL WARN lines (if any) name the "
+        "cause below the Python error. Other ranks' errors usually follow from this one.",
+        rank=first.rank,
+        node=first.evidence.process.host,
+    )
+
+
+@check("watch.exit-nonzero", area="run", category="other", scope="job")
+def exit_nonzero(job: JobSeen) -> Problem | None:
+    """The job exited with an error and no rank left a Python traceback."""
+    if job.hung or job.exit_code == 0 or _failed_first(job):
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"The job exited with code {job.exit_code}; no rank left a Python traceback.",
+        [line for s in job.ranks for line in s.evidence.last_nccl_lines[-3:]],
+        fix="Read the job's own output above; a rank killed by a signal (OOM killer: "
+        "`dmesg | grep -i kill`) leaves no traceback.",
+    )
