@@ -44,6 +44,9 @@ class Problem:
     links: list[str] = field(default_factory=list)
     node: str | None = None
     rank: int | None = None
+    # Only where one rule's failures fall into different categories (NCCL's error codes);
+    # otherwise the registration's category holds.
+    category: str | None = None
 
 
 CheckResult = Problem | Iterable[Problem] | None
@@ -78,7 +81,7 @@ class Check:
         return [
             Finding(
                 id=self.id,
-                category=self.category,
+                category=p.category or self.category,
                 severity=p.severity,
                 title=p.title,
                 evidence=p.evidence,
@@ -105,36 +108,54 @@ def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callab
     if scope not in SCOPES:
         raise ValueError(f"check {id}: unknown scope {scope!r}")
 
-    def register(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
-        if id in _REGISTRY:
-            raise ValueError(f"check id {id} registered twice")
+    def decorate(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
+        if scope in _SCOPE_MODULES and func.__module__ != f"{__name__}.{scope}":
+            raise ValueError(f"check {id}: a {scope}-scope rule lives in {__name__}/{scope}.py")
         doc = (func.__doc__ or "").strip().splitlines()
-        _REGISTRY[id] = Check(id, area, category, scope, func, doc[0] if doc else "")
+        register(Check(id, area, category, scope, func, doc[0] if doc else ""))
         return func
 
-    return register
+    return decorate
+
+
+def register(entry: Check) -> None:
+    """Register a check built at run time (a catalogue entry, see ``checks/logs.py``)."""
+    if entry.id in _REGISTRY:
+        raise ValueError(f"check id {entry.id} registered twice")
+    _REGISTRY[entry.id] = entry
 
 
 # Modules of this package that hold no checks: the log-signature catalogue is data for the parser.
 _NOT_CHECKS = frozenset({"signatures"})
+# The rules of these scopes live in the module of the scope's name (checks/logs.py ...), so that
+# `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
+# module of their area.
+_SCOPE_MODULES: frozenset[str] = frozenset({"run", "ranks", "logs", "job"})
 
 
-def _load_all() -> None:
+def _load(scope: Scope | None = None) -> None:
     for module in pkgutil.iter_modules(__path__):
-        if module.name not in _NOT_CHECKS:
-            importlib.import_module(f"{__name__}.{module.name}")
+        name = module.name
+        if name in _NOT_CHECKS:
+            continue
+        if (
+            scope is None
+            or name == scope
+            or (scope not in _SCOPE_MODULES and name not in _SCOPE_MODULES)
+        ):
+            importlib.import_module(f"{__name__}.{name}")
 
 
 def all_checks(scope: Scope | None = None) -> list[Check]:
     """Every registered check, in id order (optionally only one scope)."""
-    _load_all()
+    _load(scope)
     return sorted(
         (c for c in _REGISTRY.values() if scope is None or c.scope == scope), key=lambda c: c.id
     )
 
 
 def get_check(id: str) -> Check | None:
-    _load_all()
+    _load()
     return _REGISTRY.get(id)
 
 

@@ -27,7 +27,8 @@ from importlib.resources import files
 from re import _parser as sre_parse  # the stdlib regex parser (module sre_parse before 3.11)
 from typing import Any
 
-from nccldoctor.model import CATEGORIES, Finding, Severity
+from checks import Problem
+from nccldoctor.model import CATEGORIES, Severity
 
 SOURCES: tuple[str, ...] = ("nccl", "torch", "gloo")
 CATALOGUE_FILE = "signatures.toml"
@@ -78,18 +79,17 @@ class SignatureMatch:
         """The signature's title with ``{group}`` filled ("?" for a group that did not match)."""
         return self.signature.title.format_map(_Filled(self.groups))
 
-    def to_finding(
+    def to_problem(
         self, evidence: list[str], node: str | None = None, rank: int | None = None
-    ) -> Finding:
+    ) -> Problem:
+        """What the signature's rule reports (its id, area and category come from the registry,
+        ``checks/logs.py``)."""
         sig = self.signature
-        return Finding(
-            id=sig.id,
-            category=sig.category,
+        return Problem(
             severity=sig.severity,
             title=self.title,
             evidence=list(evidence),
             fix=f"{sig.cause}\n\n{sig.fix}",
-            area="logs",
             links=list(sig.reference),
             node=node,
             rank=rank,
@@ -331,3 +331,10 @@ def match_line(text: str) -> list[SignatureMatch]:
     """Every catalogue signature matching one log line (raw or envelope-stripped), most specific
     first; ``[]`` when none does."""
     return _default().match(text)
+
+
+def identify(text: str) -> str | None:
+    """The id of the most specific signature matching ``text``, or None: what the log parser
+    records while it reads (module-level, so a parse pool can pickle it by reference)."""
+    found = _default().match(text)
+    return found[0].signature.id if found else None

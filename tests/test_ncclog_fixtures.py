@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from nccldoctor.explain import explain
 from nccldoctor.model import Severity
-from nccldoctor.ncclog import expand_inputs, explain
+from nccldoctor.ncclog import expand_inputs
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from nccldoctor.ncclog import explain
+from nccldoctor.explain import explain
 from nccldoctor.ncclog.inputs import BlockReader, InputError, expand_inputs, file_sources
 
 

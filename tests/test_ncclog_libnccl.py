@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nccldoctor.ncclog import expand_inputs, explain
+from nccldoctor.explain import explain
+from nccldoctor.ncclog import expand_inputs
 
 LIBNCCL = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
 pytestmark = pytest.mark.skipif(not LIBNCCL.is_file(), reason="nvidia-nccl-cu12 is not installed")

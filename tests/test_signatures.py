@@ -21,7 +21,9 @@ from checks.signatures import (
     load_signatures,
     match_line,
 )
+from nccldoctor.explain import explain
 from nccldoctor.model import CATEGORIES, Severity
+from nccldoctor.ncclog import expand_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "signature_lines"
@@ -142,9 +144,15 @@ def test_most_specific_signature_comes_first() -> None:
     ]
 
 
-def test_match_becomes_a_logs_finding() -> None:
+def test_match_becomes_a_logs_finding_through_its_registered_rule(tmp_path) -> None:
     line = "NET/IB: Got completion from peer 198.18.1.12<39411> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129  hca mlx5_0"
-    finding = match_line(line)[0].to_finding([line], node="node-a", rank=3)
+    log = tmp_path / "rank3.log"
+    log.write_text(
+        f"node-a:7:7 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 3 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x2 - Init COMPLETE\nnode-a:7:7 [0] transport/net_ib.cc:1 NCCL WARN {line}\n"
+    )
+    _, findings = explain(expand_inputs([str(log)]))
+    (finding,) = [f for f in findings if f.id == "nccl.ib-completion-retry-exceeded"]
+    line = f"node-a:7:7 [0] transport/net_ib.cc:1 NCCL WARN {line}"
     sig = BY_ID["nccl.ib-completion-retry-exceeded"]
     assert finding.id == sig.id and finding.area == "logs" and finding.category == "ib_error"
     assert finding.severity is Severity.FAIL

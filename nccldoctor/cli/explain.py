@@ -31,8 +31,8 @@ def explain(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Explain NCCL_DEBUG=INFO logs. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    from nccldoctor.explain import explain as explain_logs
     from nccldoctor.ncclog import InputError, expand_inputs
-    from nccldoctor.ncclog import explain as explain_logs
 
     try:
         sources = expand_inputs(logs)

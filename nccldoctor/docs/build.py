@@ -28,7 +28,9 @@ def catalogue() -> tuple[list[Any], list[Any], list[EmittedFinding]]:
     from checks import all_checks
     from checks.signatures import SIGNATURES
 
-    checks, signatures = all_checks(), sorted(SIGNATURES, key=lambda s: s.id)
+    signatures = sorted(SIGNATURES, key=lambda s: s.id)
+    catalogued = {s.id for s in signatures}  # registered as rules too, with pages of their own
+    checks = [c for c in all_checks() if c.id not in catalogued]
     registered = {e.id for e in [*checks, *signatures]}
     package = Path(nccldoctor.__file__).resolve().parent
     emitted = [e for e in emitted_findings(package, package.parent) if e.id not in registered]
@@ -60,11 +62,14 @@ def generate(
     for c in checks:
         related = [s for s in signatures if s.category == c.category]
         pages[f"findings/{c.id}.md"] = render_check_page(c, refs, related, notes.get(c.id, ""))
+    # "Checks that look for this before a job runs": the node and cluster rules, not the rules
+    # over a run's, a job's or the logs' own records.
+    beforehand = [c for c in checks if c.scope in ("node", "cluster")]
     for s in signatures:
-        related = [c for c in checks if c.category == s.category]
+        related = [c for c in beforehand if c.category == s.category]
         pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related, notes.get(s.id, ""))
     for e in emitted:
-        related = [c for c in checks if c.category == e.category]
+        related = [c for c in beforehand if c.category == e.category]
         pages[f"findings/{e.id}.md"] = render_emitted_page(e, refs, related, notes.get(e.id, ""))
     pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs, emitted)
     return pages

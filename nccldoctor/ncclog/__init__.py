@@ -1,9 +1,10 @@
-"""NCCL debug-log intelligence: a streaming parser, a summary, cross-rank findings.
+"""NCCL debug-log intelligence: a streaming parser and the summary of what the logs say.
 
-``explain(sources)`` is the entry point; ``parse_sources`` gives the raw per-process records.
+``parse_sources`` gives the per-process records, ``explain_logs`` the summary and headline; the
+rules over them are ``checks/logs.py``, and :mod:`nccldoctor.explain` joins the two.
 """
 
-from nccldoctor.ncclog.explain import answer, explain, explain_logs
+from nccldoctor.ncclog.headline import answer, explain_logs
 from nccldoctor.ncclog.inputs import InputError, Source, expand_inputs
 from nccldoctor.ncclog.parser import LogSet, parse_source, parse_sources
 
@@ -13,7 +14,6 @@ __all__ = [
     "Source",
     "answer",
     "expand_inputs",
-    "explain",
     "explain_logs",
     "parse_source",
     "parse_sources",

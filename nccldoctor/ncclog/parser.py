@@ -10,6 +10,7 @@ envelope and folded through the kinds table. Memory per source: two blocks plus 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
@@ -18,7 +19,7 @@ from nccldoctor.ncclog.envelope import parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
-from nccldoctor.ncclog.signals import SignatureHit, merge_hits, record
+from nccldoctor.ncclog.signals import Identify, SignatureHit, merge_hits, record
 
 COLL_NEEDLE = b": opCount "
 CALL_NEEDLE = b" NCCL CALL "
@@ -109,8 +110,9 @@ class SourceParser:
     parsed. Any other block is split into lines and its other lines are parsed one by one.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, identify: Identify | None = None) -> None:
         self.result = LogSet(sources=[name])
+        self._identify = identify
         self._last_key: str | None = None
         self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
         self._last_coll: Block | None = None  # its tail holds the latest collectives
@@ -272,8 +274,8 @@ class SourceParser:
                 result.garbled_lines += 1
             elif text.strip():
                 result.other_lines += 1
-            if text.strip():  # whose line it is is known only in a one-process file (below)
-                record(result.signatures, text, None)
+            if self._identify and text.strip():  # whose line: known in a one-process file only
+                record(result.signatures, self._identify, text, None)
             return
         if not counted:
             result.nccl_lines += 1
@@ -282,7 +284,8 @@ class SourceParser:
         proc.last_line = text
         if env.level == "WARN":
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
-            record(result.signatures, env.msg, head.key, text)
+            if self._identify:
+                record(result.signatures, self._identify, env.msg, head.key, text)
             return
         if env.level == "CALL":
             result.call_lines += 1
@@ -301,10 +304,16 @@ class SourceParser:
             self._memo[raw] = (head.key, kind, m, env, text)
 
 
-def parse_source(name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) -> LogSet:
-    """Parse one file (or ``-``); never raises on bad content."""
+def parse_source(
+    name: str,
+    block: int = BLOCK_BYTES,
+    max_line: int = MAX_LINE,
+    identify: Identify | None = None,
+) -> LogSet:
+    """Parse one file (or ``-``); never raises on bad content. ``identify`` names the known
+    signature of a WARN or non-NCCL line (see :mod:`~nccldoctor.ncclog.signals`)."""
     reader = BlockReader(name, block, max_line)
-    parser = SourceParser(name)
+    parser = SourceParser(name, identify)
     for data, start, end in reader:
         parser.feed(data, start, end)
     parser.finish()
@@ -324,8 +333,10 @@ def parse_sources(
     sources: Iterable[Source],
     jobs: int | None = None,
     progress: Callable[[str], None] | None = None,
+    identify: Identify | None = None,
 ) -> LogSet:
-    """Parse every source, spreading files over ``jobs`` processes when that pays off."""
+    """Parse every source, spreading files over ``jobs`` processes when that pays off.
+    ``identify`` must be picklable by reference (a module-level function) for the pool."""
     sources = list(sources)
     merged = LogSet()
     jobs = jobs or os.cpu_count() or 1
@@ -338,14 +349,15 @@ def parse_sources(
         names = [s.name for s in sorted(files, key=lambda s: -s.size)]  # big first: even finish
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-            for name, result in zip(names, pool.map(parse_source, names), strict=True):
+            parse = functools.partial(parse_source, identify=identify)
+            for name, result in zip(names, pool.map(parse, names), strict=True):
                 merged.merge(result)
                 if progress:
                     progress(name)
     for s in sources:
         if pooled and s.name != "-":
             continue
-        merged.merge(parse_source(s.name))
+        merged.merge(parse_source(s.name, identify=identify))
         if progress:
             progress(s.name)
     merged.sources = [s.name for s in sources]

@@ -1,28 +1,20 @@
-"""The one door from the parser to the known-signature catalogue (``checks/signatures.py``).
+"""Which lines a signature catalogue recognised, recorded while the parser reads them.
 
-Every WARN and every line that is not an NCCL debug line (PyTorch, the launcher, the app) goes
-through :func:`match` (the catalogue compiles itself on first use). Parse workers only record which lines matched (plain text pickles
-cheaply); the main process turns those lines into Findings with :func:`findings_from_hits`.
+The parser knows no catalogue: its caller hands it an :data:`Identify` (text -> the most specific
+signature id, or None), and every WARN and every line that is not an NCCL debug line (PyTorch,
+the launcher, the app) goes through it. Matching while parsing keeps memory constant (the app's
+own lines are never stored); parse workers record only ids and text, which pickle cheaply. The
+findings are made by the rules (``checks/logs.py``), not here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from checks.signatures import match_line
-from nccldoctor.model import Finding
 
 MAX_LINES_PER_SIGNATURE = 5
 
-
-def match(text: str) -> list[Any]:
-    """The catalogue's matches for ``text`` (``SignatureMatch`` objects), most specific first."""
-    try:
-        return match_line(text)
-    except Exception:  # a broken catalogue entry must not stop the parse
-        return []
+Identify = Callable[[str], str | None]
 
 
 @dataclass
@@ -44,14 +36,18 @@ class SignatureHit:
         return {key for _, _, key in self.lines if key}
 
 
-def record(hits: dict[str, SignatureHit], text: str, key: str | None, line: str = "") -> bool:
-    """Match ``text`` (a WARN's message, or a whole line) and remember ``line`` under the most
+def record(
+    hits: dict[str, SignatureHit], identify: Identify, text: str, key: str | None, line: str = ""
+) -> bool:
+    """Identify ``text`` (a WARN's message, or a whole line) and remember ``line`` under the most
     specific signature it matched (a generic twin would only repeat it); True when one did."""
-    found = match(text)
-    if found:
-        sig_id = found[0].signature.id
+    try:
+        sig_id = identify(text)
+    except Exception:  # a broken catalogue entry must not stop the parse
+        return False
+    if sig_id:
         hits.setdefault(sig_id, SignatureHit(sig_id)).add(text, line or text, key)
-    return bool(found)
+    return bool(sig_id)
 
 
 def merge_hits(into: dict[str, SignatureHit], other: dict[str, SignatureHit]) -> None:
@@ -60,21 +56,3 @@ def merge_hits(into: dict[str, SignatureHit], other: dict[str, SignatureHit]) ->
         mine.count += hit.count
         room = MAX_LINES_PER_SIGNATURE - len(mine.lines)
         mine.lines.extend(hit.lines[: max(0, room)])
-
-
-def findings_from_hits(
-    hits: dict[str, SignatureHit], where: Callable[[str | None], tuple[str | None, int | None]]
-) -> list[Finding]:
-    """One Finding per signature; ``where`` maps ``host:pid`` to (node, rank)."""
-    findings = []
-    for hit in hits.values():
-        text, _, key = hit.lines[0]
-        matched = [m for m in match(text) if m.signature.id == hit.id]
-        if not matched:
-            continue
-        evidence = [line.strip() for _, line, _ in hit.lines]
-        if hit.count > len(evidence):
-            evidence.append(f"(seen {hit.count} times in all)")
-        node, rank = where(key)
-        findings.append(matched[0].to_finding(evidence, node, rank))
-    return findings

@@ -197,3 +197,16 @@ def summarize(logs: LogSet) -> dict[str, Any]:
         "communicators": [_group_dict(g) for g in group_comms(logs)],
         "processes": [_process_dict(p) for p in procs],
     }
+
+
+@dataclass
+class LogReading:
+    """What the logs rules judge (``checks/logs.py``): the parsed logs and their
+    communicators, grouped once."""
+
+    logs: LogSet
+    groups: list[CommGroup]
+
+
+def read_logs(logs: LogSet) -> LogReading:
+    return LogReading(logs, group_comms(logs))

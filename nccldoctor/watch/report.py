@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from checks import run_checks
+from nccldoctor.explain import explain
 from nccldoctor.forensics.ranks import JobSeen, rank_state
 from nccldoctor.model import Finding
-from nccldoctor.ncclog.explain import explain
 from nccldoctor.ncclog.inputs import file_sources
 from nccldoctor.report import Report
 from nccldoctor.watch.supervisor import WatchOutcome

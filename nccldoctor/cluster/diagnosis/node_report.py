@@ -117,7 +117,7 @@ def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
     """The NCCL log summary of this node's ranks (``NCCL_DEBUG_FILE``), when NCCL wrote any."""
     from pathlib import Path
 
-    from nccldoctor.ncclog import explain
+    from nccldoctor.explain import explain
     from nccldoctor.ncclog.inputs import file_sources
 
     files = [p for r in ranks for p in sorted(Path(r["log_path"]).parent.glob("nccl.*.log"))]

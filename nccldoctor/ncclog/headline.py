@@ -1,22 +1,18 @@
-"""``nccldoctor explain`` as a library: parse the logs, answer the question, list the findings.
+"""The headline facts of parsed logs: which NCCL, network, interfaces, GPUDirect RDMA, the answer.
 
-:func:`explain` returns the report's ``extra`` section (the issue-3 keys at top level plus the
-full ``nccl`` summary) and the findings. :func:`answer` turns those keys into the one-line answer
-the terminal prints first; it is kept as ``nccl.answer``, which the other views show.
+:func:`explain_logs` returns the report's ``extra`` section (the headline keys at top level plus
+the full ``nccl`` summary). :func:`answer` turns those keys into the one-line answer the terminal
+prints first; it is kept as ``nccl.answer``, which the other views show. Judging the logs is the
+rules' work (``checks/logs.py``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-from nccldoctor.debugenv import NCCL_DEBUG_SUBSYS
-from nccldoctor.model import Finding, Severity
-from nccldoctor.ncclog.crossrank import cross_rank_findings
-from nccldoctor.ncclog.inputs import Source
-from nccldoctor.ncclog.parser import LogSet, parse_sources
-from nccldoctor.ncclog.signals import findings_from_hits, match
+from nccldoctor.ncclog.parser import LogSet
 from nccldoctor.ncclog.summary import CommGroup, group_comms, summarize
 
 
@@ -60,7 +56,7 @@ def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
     if group is None:
         return None
     net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
-    if net:  # the /GDRDMA suffix is authoritative in every version (nccl-logs.md §5)
+    if net:  # the /GDRDMA suffix is authoritative in every version (docs/nccl-log-formats.md#gpudirect-rdma)
         return any(t.endswith("/GDRDMA") for t in net)
     if group.nodes < 2:
         return None
@@ -72,7 +68,7 @@ def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
 
 
 def _gdrdma_reason(gdrdma: bool | None, logs: LogSet) -> str | None:
-    """Why GPUDirect RDMA is on or off, from the lines that decide it (nccl-logs.md §5)."""
+    """Why GPUDirect RDMA is on or off, from the lines that decide it (docs/nccl-log-formats.md#gpudirect-rdma)."""
     if gdrdma is None:
         return None
     if gdrdma:
@@ -100,71 +96,11 @@ def _most_common(values: Iterable[Any]) -> Any:
     return counted.most_common(1)[0][0] if counted else None
 
 
-def unmatched_warnings(logs: LogSet) -> list[Finding]:
-    """WARN lines no signature explains, as one finding per process (so none is dropped)."""
-    findings = []
-    for p in logs.processes.values():
-        plain = [w for w in p.warns if not match(w.msg)]
-        if not plain:
-            continue
-        evidence = []
-        for w in plain[:6]:
-            where = f"{w.file}:{w.line}" + (f" ({w.func})" if w.func else "") if w.file else ""
-            evidence.append(f"{where} {w.msg}".strip())
-            evidence.extend(f"  {h}" for h in w.hints[:2])
-        findings.append(
-            Finding(
-                "logs.nccl-warning",
-                "other",
-                Severity.WARN,
-                f"NCCL printed {len(plain)} warning(s) in {p.key}",
-                evidence,
-                "Read the warnings (and the HINT lines under them); rerun with NCCL_DEBUG=INFO for context.",
-                area="logs",
-                node=p.host,
-                rank=p.rank,
-            )
-        )
-    return findings
+def explain_logs(logs: LogSet) -> dict[str, Any]:
+    """The report's extra section for parsed ``logs``.
 
-
-def input_findings(logs: LogSet) -> list[Finding]:
-    """Inputs that could not be read, or that hold no NCCL debug output at all."""
-    findings = []
-    if logs.read_errors:
-        findings.append(
-            Finding(
-                "logs.unreadable",
-                "other",
-                Severity.WARN,
-                f"{len(logs.read_errors)} input(s) could not be read to the end",
-                logs.read_errors[:8],
-                "Check the files' permissions and that they are complete.",
-                area="logs",
-            )
-        )
-    if not logs.nccl_lines and not logs.bare_versions:
-        findings.append(
-            Finding(
-                "logs.no-nccl-output",
-                "env_config",
-                Severity.WARN,
-                f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
-                [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"],
-                "NCCL logs only when asked to. Rerun with:\n"
-                f"export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}\n"
-                "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
-                area="logs",
-            )
-        )
-    return findings
-
-
-def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
-    """The report's extra section and findings for parsed ``logs``.
-
-    ``extra["nccl"]`` is the whole summary: the issue-3 keys, ``bootstrap``, ``answer`` and the
-    per-communicator and per-process detail; the issue-3 keys are also copied to the top level.
+    ``extra["nccl"]`` is the whole summary: the headline keys, ``bootstrap``, ``answer`` and the
+    per-communicator and per-process detail; the headline keys are also copied to the top level.
     """
     groups = group_comms(logs)
     main = groups[0] if groups else None
@@ -191,24 +127,7 @@ def explain_logs(logs: LogSet) -> tuple[dict[str, Any], list[Finding]]:
     nccl = {**keys, "bootstrap": bootstrap, "gdrdma_reason": _gdrdma_reason(keys["gdrdma"], logs)}
     nccl["answer"] = answer(nccl)
     nccl.update(summarize(logs))
-    extra = {**keys, "nccl": nccl}
-
-    def where(key: str | None) -> tuple[str | None, int | None]:
-        proc = logs.processes.get(key or "")
-        return (proc.host, proc.rank) if proc else (None, None)
-
-    findings = input_findings(logs)
-    findings += findings_from_hits(logs.signatures, where)
-    findings += unmatched_warnings(logs)
-    explained = {key for hit in logs.signatures.values() for key in hit.keys}
-    findings += cross_rank_findings(logs, explained)
-    return extra, findings
-
-
-def explain(
-    sources: list[Source], jobs: int | None = None, progress: Callable[[str], None] | None = None
-) -> tuple[dict[str, Any], list[Finding]]:
-    return explain_logs(parse_sources(sources, jobs=jobs, progress=progress))
+    return {**keys, "nccl": nccl}
 
 
 def human_bytes(n: int) -> str:
