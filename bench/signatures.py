@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from checks.signatures import SIGNATURES, match_line
 
-# Healthy-log lines as NCCL 2.2x prints them (reference/nccl-logs.md §2-§7), plus rare failures.
+# Healthy-log lines as NCCL 2.2x prints them (docs/nccl-log-formats.md), plus rare failures.
 _HEALTHY = (
     "node-a:4711:4711 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>",
     "node-a:4711:4790 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:198.18.1.11<0>",

@@ -55,7 +55,7 @@ def test_bootstrap_on_lo_picks_lo():
 def test_bootstrap_on_a_missing_interface_warns():
     result = libnccl.bootstrap_probe(_wheel_lib(), _env(NCCL_SOCKET_IFNAME="nosuchif"), timeout=30)
     assert not result.unique_id_ok
-    # ncclInvalidUsage (5) on 2.24+, ncclInternalError (3) before (nccl-logs.md §4)
+    # ncclInvalidUsage (5) on 2.24+, ncclInternalError (3) before (docs/nccl-log-formats.md#result-codes)
     assert result.rc in (3, 5)
     assert any(
         "NCCL WARN Bootstrap : no socket interface found" in line for line in result.output_lines

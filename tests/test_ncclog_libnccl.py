@@ -1,5 +1,5 @@
 """Real NCCL output: the nvidia-nccl-cu12 wheel's libnccl runs ncclGetUniqueId without a GPU
-(bootstrap interface selection, reference/nccl-logs.md §9-10) and the parser reads what it printed."""
+(bootstrap interface selection, docs/nccl-log-formats.md#interface-selection) and the parser reads what it printed."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def _examples() -> list[dict]:
 
 EXAMPLES = _examples()
 
-# The wrappers a line really arrives in (reference/nccl-logs.md §1.1; glog and launchers).
+# The wrappers a line really arrives in (docs/nccl-log-formats.md#envelope; glog and launchers).
 NCCL_ENVELOPES = (
     "{}",
     "node-a:4711:4790 [0] NCCL INFO {}",

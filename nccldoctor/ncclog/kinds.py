@@ -4,8 +4,8 @@ An entry is (name, needle, pattern, fold): ``needle`` is a substring every such 
 contains, tested with ``in`` before the regex runs; ``pattern`` is matched at the start of the
 message (the text after ``NCCL INFO``); ``fold`` writes the match into the process record.
 The first entry whose needle and pattern both match wins. Adding a kind is adding one entry.
-Format strings are quoted from NCCL's source (file named per entry; versions as in
-reference/nccl-logs.md, whose section is given as §n).
+Format strings are quoted from NCCL's source (file named per entry; the versions and lines are
+described in docs/nccl-log-formats.md).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ KINDS: tuple[LineKind, ...] = (
     _k("algorithm_special", " Bytes -> ",
        r"(?P<func>\w+) \[(?P<how>Symmetric|Copy Engine|Hierarchical CE)\]: (?P<bytes>\d+) "
        r"Bytes -> (?P<detail>.+)", folds.special_algo, repeats=True),
-    # 2.32 (binary strings, §15): every rank, every call, no size
+    # 2.32 (binary strings, docs/nccl-log-formats.md#nccl-2-32): every rank, every call, no size
     _k("best_tuning", "Best tuning, ",
        r"Best tuning, algorithm, (?P<algo>\w+), protocol, (?P<proto>\w+)", folds.best_tuning,
        repeats=True),

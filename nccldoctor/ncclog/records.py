@@ -3,7 +3,7 @@
 One ``ProcessLog`` per ``host:pid``; inside it one ``CommRank`` per communicator the process
 belongs to (keyed by the ``comm %p`` pointer). Lines that name no communicator (transports,
 trees, the tuning table...) belong to the communicator whose ``Init START`` came last in that
-process, as NCCL prints them during that init (reference/nccl-logs.md §14.8).
+process, as NCCL prints them during that init (docs/nccl-log-formats.md#parser-checklist).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which algorithm and protocol NCCL uses per message size: from its log, or from its own model.
 
-NCCL ≥ 2.20 logs the choice per call on rank 0 with ``NCCL_DEBUG_SUBSYS=TUNING`` (§7.2); when
-it does not, the printed latency/bandwidth table (§7.1) still lets us redo its choice. The cost
+NCCL ≥ 2.20 logs the choice per call on rank 0 with ``NCCL_DEBUG_SUBSYS=TUNING`` (docs/nccl-log-formats.md#per-call-algorithm); when
+it does not, the printed latency/bandwidth table (docs/nccl-log-formats.md#tuning-table) still lets us redo its choice. The cost
 is ``ncclTopoGetAlgoTime`` (src/graph/tuning.cc, v2.21–v2.30): ``time = lat + bytes / (1000 ×
 bw)`` µs, with the table's bandwidth scaled by ``treeCorrectionFactor`` for Tree AllReduce below
 512 MiB, and Ring/Simple AllReduce latency ×1.4 across nodes once each rank's share per channel

@@ -4,7 +4,7 @@ Three places matter: the copy torch ships in ``torch/lib`` (older wheels), the
 ``nvidia-nccl-cu12`` wheel's ``nvidia/nccl/lib`` (what current torch wheels load), and system
 copies that ``LD_PRELOAD``, ``LD_LIBRARY_PATH`` or the loader's cache may put first. Versions
 come from the library itself (``ncclGetVersion``), which needs no GPU; see
-shared/reference/nccl-logs.md §10. ``ncclGetUniqueId`` runs NCCL's interface selection
+docs/nccl-log-formats.md#without-gpu. ``ncclGetUniqueId`` runs NCCL's interface selection
 (``bootstrapNetInit``), also without a GPU, but opens a listening socket and may hang on a broken
 host, so it runs in a child process with a deadline.
 """
@@ -186,7 +186,7 @@ def bootstrap_env(env: Mapping[str, str]) -> dict[str, str]:
     child.pop("NCCL_DEBUG_FILE", None)
     child["NCCL_DEBUG"] = "INFO"
     # Setting the subsystem list replaces NCCL's default; BOOTSTRAP (2.23+) and INIT (<=2.22)
-    # carry the "Bootstrap: Using" line, ENV the NCCL_SOCKET_IFNAME echo (nccl-logs.md §1.2, §4).
+    # carry the "Bootstrap: Using" line, ENV the NCCL_SOCKET_IFNAME echo (docs/nccl-log-formats.md#controls, #bootstrap).
     child["NCCL_DEBUG_SUBSYS"] = "INIT,BOOTSTRAP,ENV"
     return child
 

@@ -71,7 +71,7 @@ def launch(
     timeouts: dict[str, float] | None = None,
     **config: Any,
 ) -> Ranks:
-    """Start n workers with the contract's env, each with its own rank_dir and config."""
+    """Start n workers with the worker env of agent/launcher.py, each with its own rank_dir and config."""
     run_id = f"t{os.getpid()}x{time.monotonic_ns()}"
     commands = []
     for rank in range(n):
@@ -92,7 +92,7 @@ def launch(
 
 
 def spawn(tmp: Path, store: Any, commands: list[list[str]], fault: str | None = None) -> Ranks:
-    """Run ``python <command[rank]>`` for each rank with the contract env; output in rank<r>/."""
+    """Run ``python <command[rank]>`` for each rank with the worker env of agent/launcher.py; output in rank<r>/."""
     n = len(commands)
     procs, dirs = [], []
     for rank, command in enumerate(commands):

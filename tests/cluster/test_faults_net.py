@@ -1,4 +1,4 @@
-"""The harder network faults, reproduced for real across network namespaces (issue #6).
+"""The harder network faults, reproduced for real across network namespaces.
 
 An MTU black hole: small collectives pass, large ones stall. A firewall that passes the
 rendezvous ports only: everything up to init_process_group works, then it hangs. Each scenario

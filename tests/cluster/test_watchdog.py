@@ -1,4 +1,4 @@
-"""The watchdog over real child processes that write events.jsonl the way the contract says."""
+"""The watchdog over real child processes that write events.jsonl the way the worker does (docs/design.md#records)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.forensics.capture import last_nccl_lines
 
-# A process speaking the worker's side of the contract: events, heartbeats, SIGUSR1 stacks.
+# A process speaking the worker's side of the records (docs/design.md#records): events, heartbeats, SIGUSR1 stacks.
 CHILD = textwrap.dedent("""
     import faulthandler, json, signal, sys, time
     rank_dir, phase, beat, then = sys.argv[1], sys.argv[2], sys.argv[3] == "beat", sys.argv[4]
