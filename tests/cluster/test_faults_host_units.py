@@ -18,6 +18,7 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
+from nccldoctor.probes.network import probe as network_probe
 
 INTERFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.5.1"]}
 DEBIAN_LINE = "127.0.1.1 trainer-01"
@@ -73,9 +74,11 @@ def test_master_on_loopback_on_purpose_or_routable_is_quiet():
 def test_locate_quotes_the_hosts_lines_naming_the_master(tmp_path: Path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{DEBIAN_LINE}  # Debian\n")
-    found = locate("127.0.0.1", root=tmp_path)
+    found = locate(network_probe(tmp_path, {}, "127.0.0.1"), tmp_path)
     assert found.hosts_lines == [] and found.loopback
-    assert locate("trainer-01", root=tmp_path).hosts_lines == [f"{DEBIAN_LINE}  # Debian"]
+    assert locate(network_probe(tmp_path, {}, "trainer-01"), tmp_path).hosts_lines == [
+        f"{DEBIAN_LINE}  # Debian"
+    ]
 
 
 def master_view(name, addresses):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendezvous
-from nccldoctor.cluster.agent.reach import ReachResult, connect, is_local, local_interfaces, locate
+from nccldoctor.cluster.agent.reach import ReachResult, connect, ipv4_addresses, is_local, locate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import results
 from nccldoctor.cluster.diagnosis.findings import (
@@ -204,7 +204,7 @@ class NodeAgent:
         c, t, run = self.config, self.config.timeouts, self.run
         with self.phase("reach") as row:
             deadline = time.monotonic() + t.reach
-            result = locate(c.master)
+            result = locate(run.facts.network)
             run.reach = asdict(result)
             if result.resolve_error:
                 self._fail(
@@ -214,7 +214,9 @@ class NodeAgent:
             run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
             row["detail"] = f"{result.interface} → {address}:{c.port}"
             if run.is_master and c.nodes != 1:  # one node: loopback is all it needs
-                run.findings.extend(master_loopback_findings(result, run.node, local_interfaces()))
+                run.findings.extend(
+                    master_loopback_findings(result, run.node, ipv4_addresses(run.facts.network))
+                )
             if run.is_master:
                 self._host()
             else:  # hello first: the master learns of this node even when its store port is blocked
@@ -350,7 +352,9 @@ class NodeAgent:
                 row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
             route = (run.reach or {}).get("interface")
             run.findings.extend(
-                interface_findings(run.node, route, local_interfaces(), self.env, pick)
+                interface_findings(
+                    run.node, route, ipv4_addresses(run.facts.network), self.env, pick
+                )
             )
 
     def _tcp(self) -> None:
