@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from checks import get_check
 from nccldoctor.cluster.agent import listener, tcpprobe
 from nccldoctor.cluster.agent.reach import connect, is_local, locate
 from nccldoctor.cluster.diagnosis.findings import reach_findings
+from nccldoctor.facts import NodeFacts
 from nccldoctor.probes.network import probe as network_probe
 from tests.ports import free_port
 
@@ -114,10 +116,13 @@ def test_reach_a_closed_port_is_refused_until_the_deadline():
 
 
 def test_an_unresolvable_master():
-    result = locate(network_probe(Path("/"), {}, "no-such-host.invalid"))
-    assert result.addresses == [] and result.resolve_error
-    (finding,) = reach_findings(result, 29400, "b")
-    assert (finding.id, finding.category) == ("run.master-unresolvable", "env_config")
+    network = network_probe(Path("/"), {}, "no-such-host.invalid")
+    result = locate(network)
+    assert result.addresses == [] and result.resolve_error == network.master_resolve_error
+    assert reach_findings(result, 29400, "b") == []  # one failure: master.unresolvable's
+    facts = NodeFacts(node="b", network=network)
+    (finding,) = get_check("master.unresolvable").run(facts, node="b")
+    assert (finding.category, finding.node) == ("env_config", "b")
 
 
 def test_is_local():

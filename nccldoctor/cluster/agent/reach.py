@@ -13,10 +13,8 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nccldoctor.facts.network import NetworkFacts
-from nccldoctor.probes.netpath import hosts_entries
 
 
 @dataclass
@@ -54,16 +52,16 @@ def is_local(address: str) -> bool:
         return False
 
 
-def locate(network: NetworkFacts, root: Path = Path("/")) -> ReachResult:
-    """Where the master is, from what the network probe read of it (``network.master``, resolved
-    through netpath with a deadline, and the kernel's route), with ``<root>/etc/hosts``'s lines
-    naming it quoted; no packet is sent."""
+def locate(network: NetworkFacts) -> ReachResult:
+    """Where the master is, from what the network probe read of it (``network.master`` resolved
+    through netpath with a deadline, /etc/hosts's lines naming it, the kernel's route); no
+    packet is sent."""
     master = network.master or ""
     result = ReachResult(master, resolve_error=network.master_resolve_error)
     result.addresses = [a for a in network.master_addresses if ":" not in a]  # the store is IPv4
     if network.master_addresses and not result.addresses:
         result.resolve_error = f"{master} resolves to no IPv4 address"
-    result.hosts_lines = [line for _, names, line in hosts_entries(root) if master in names]
+    result.hosts_lines = list(network.master_hosts_entries)
     route = network.route_to_master
     if result.addresses and route is not None and not route.error:
         result.source = route.source
