@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nccldoctor.cluster.agent.monitor import WORKER_PHASES
+from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.forensics.stacks import Frame, main_thread_frames
 from nccldoctor.model import Finding, Severity
 
