@@ -32,6 +32,8 @@ def hostname_loopback(facts: NodeFacts) -> Problem | None:
         return None
     if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.hostname_addresses):
         return None
+    if net.master in (net.hostname, net.hostname.split(".")[0]) and _master_on_loopback(facts):
+        return None  # the master's own name: master.loopback says it, with these lines
     ip = _routable_address(net)
     return Problem(
         Severity.WARN,
@@ -60,10 +62,11 @@ def _routable_address(net: NetworkFacts) -> str:
     iface = interface_named(net, suggested_ifname(net))
     if iface and iface.ipv4:
         return iface.ipv4[0].split("/")[0]
-    return "<this node's routable IP>"
+    routable = [a for i in net.interfaces if i.kind != "loopback" for a in i.ipv4]
+    return routable[0].split("/")[0] if len(routable) == 1 else "<this node's routable IP>"
 
 
-@check("master.unresolvable", area="network", category="connect_refused_or_timeout")
+@check("master.unresolvable", area="network", category="env_config")
 def master_unresolvable(facts: NodeFacts) -> Problem | None:
     """The master's name does not resolve on this node."""
     net = facts.network
@@ -73,7 +76,11 @@ def master_unresolvable(facts: NodeFacts) -> Problem | None:
         Severity.FAIL,
         f"the master {net.master} does not resolve on this node",
         evidence=[f"getaddrinfo({net.master}): {net.master_resolve_error}"],
-        fix="export MASTER_ADDR=<numeric IP of the master's fast interface>  # same on all nodes",
+        fix=(
+            "Use the master's numeric IP on every node (--master 10.10.10.2, or\n"
+            "export MASTER_ADDR=<numeric IP of the master's fast interface>), or fix /etc/hosts\n"
+            "or DNS so that every node resolves the same address."
+        ),
     )
 
 
@@ -81,23 +88,52 @@ def master_unresolvable(facts: NodeFacts) -> Problem | None:
 def master_loopback(facts: NodeFacts) -> Problem | None:
     """The master is localhost/loopback while peers are on other nodes."""
     net = facts.network
-    if not net.master_addresses or _single_node(facts):
-        return None
-    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in net.master_addresses):
+    if not _master_on_loopback(facts):
         return None
     addresses = ", ".join(net.master_addresses)
-    named = net.master not in ("localhost", *net.master_addresses)  # a name, not loopback itself
-    title = (
-        f"the master {net.master} resolves to {addresses} (loopback) on this node: it advertises "
-        "loopback, and nodes that resolve it the same way cannot reach it"
-        if named
-        else f"the master {net.master} is a loopback address: other nodes cannot reach it"
-    )
+    if net.master in ("localhost", *net.master_addresses):  # loopback itself, not a name
+        return Problem(
+            Severity.FAIL,
+            f"the master {net.master} is a loopback address: other nodes cannot reach it",
+            evidence=[f"{net.master} -> {addresses}"],
+            fix="export MASTER_ADDR=<the master's routable IP>  # the same value on every node",
+        )
+    # A name on loopback (Debian's 127.0.1.1 hostname line): the store listens on every
+    # address, so the others join, but the ranks here advertise loopback and the other
+    # nodes' ranks connect to their own 127.0.0.1.
+    lines = net.master_hosts_entries
+    where = "/etc/hosts: " + "; ".join(lines) if lines else "not from /etc/hosts"
+    ip = _routable_address(net)
+    if lines:
+        fix = f"# in /etc/hosts replace {lines[0]!r} with:\n{ip} {net.master}"
+    else:
+        fix = f"# make {net.master} resolve to {ip} on this node (DNS, or /etc/hosts)"
     return Problem(
         Severity.FAIL,
-        title,
-        evidence=[f"{net.master} -> {addresses}"],
-        fix="export MASTER_ADDR=<the master's routable IP>  # the same value on every node",
+        f"the master {net.master} resolves to {addresses} (loopback) on this node: it advertises "
+        "loopback, and nodes that resolve it the same way cannot reach it",
+        evidence=[
+            f"{net.master} -> {addresses} on this node ({where})",
+            "routable addresses here: "
+            + (
+                ", ".join(
+                    f"{i.name} {a}" for i in net.interfaces if i.kind != "loopback" for a in i.ipv4
+                )
+                or "none"
+            ),
+            route_line(net) + ": gloo and NCCL would bind and advertise this",
+        ],
+        fix=f"{fix}\n# or give the master by IP on every node: --master {ip} (MASTER_ADDR={ip})",
+    )
+
+
+def _master_on_loopback(facts: NodeFacts) -> bool:
+    """The master resolves only to loopback here, and the launcher does not say it is alone."""
+    addresses = facts.network.master_addresses
+    return (
+        bool(addresses)
+        and not _single_node(facts)
+        and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
     )
 
 
@@ -123,11 +159,30 @@ def master_no_route(facts: NodeFacts) -> Problem | None:
 
 @check("master.nat-bridge", area="network", category="docker_network")
 def master_nat_bridge(facts: NodeFacts) -> Problem | None:
-    """The master is reached from a Docker bridge address through a gateway (NAT), where the
-    container itself was not recognised (else container.bridge-network says it)."""
+    """This node sits behind NAT (a Docker bridge): measured when the master saw another address
+    than the one this node advertises, predicted from a route through a bridge gateway (where
+    the container itself was not recognised, else container.bridge-network says it)."""
     net, route = facts.network, facts.network.route_to_master
-    if route is None or not route.gateway or on_bridge_network(facts):
+    if route is None or on_bridge_network(facts):
         return None  # (a recognised bridge container: container.bridge-network says it all)
+    fix = (
+        "docker run --network host --ipc host ...  # on every node; publishing ports (-p) "
+        "does not help NCCL, which uses random ports"
+    )
+    if net.seen_by_master and route.source and net.seen_by_master != route.source:
+        return Problem(
+            Severity.FAIL,
+            f"this node sits behind NAT: it advertises {route.source}, the master sees "
+            f"{net.seen_by_master}; NCCL's peers will not reach the advertised address",
+            evidence=[
+                f"advertised (route source): {route.source}",
+                f"seen by the master (measured on nccldoctor's hello): {net.seen_by_master}",
+                route_line(net),
+            ],
+            fix=fix,
+        )
+    if not route.gateway:
+        return None
     gateway = ipaddress.ip_address(route.gateway)
     source = ipaddress.ip_address(route.source) if route.source else None
     iface = interface_named(net, route.interface)
@@ -141,9 +196,10 @@ def master_nat_bridge(facts: NodeFacts) -> Problem | None:
         evidence=[
             route_line(net),
             *([describe(iface)] if iface else []),
-            "NCCL advertises this private address; peers on other hosts cannot connect back",
+            "predicted from the route: NCCL advertises this private address; peers on other "
+            "hosts cannot connect back",
         ],
-        fix="docker run --network host --ipc host ...  # on every node",
+        fix=fix,
     )
 
 

@@ -131,18 +131,19 @@ def ifname_prefix_broad(facts: NodeFacts) -> Problem | None:
 
 @check("gloo.ifname-missing", area="network", category="interface_selection")
 def gloo_ifname_missing(facts: NodeFacts) -> Problem | None:
-    """GLOO_SOCKET_IFNAME names an interface this node does not have."""
+    """GLOO_SOCKET_IFNAME names an interface this node does not have, or one without an address."""
     names = facts.env.gloo_socket_ifname
     if not names or not facts.network.interfaces:
         return None
-    have = {i.name for i in facts.network.interfaces}
-    missing = [n for n in names if n not in have and not n.startswith(("^", "="))]
+    usable = {i.name for i in facts.network.interfaces if i.ipv4 or i.ipv6}
+    missing = [n for n in names if n not in usable and not n.startswith(("^", "="))]
     if not missing:
-        return None
+        return None  # (NCCL's ^/= syntax: gloo.ifname-syntax says it)
     name = suggested_ifname(facts.network)
     return Problem(
         Severity.FAIL,
-        f"GLOO_SOCKET_IFNAME names {', '.join(missing)}, which this node does not have",
+        f"GLOO_SOCKET_IFNAME={','.join(names)} names {', '.join(missing)}, which this node does "
+        "not have with an address",
         evidence=[
             f"GLOO_SOCKET_IFNAME={','.join(names)}",
             interfaces_line(facts.network),
@@ -172,18 +173,25 @@ def gloo_ifname_syntax(facts: NodeFacts) -> Problem | None:
 
 @check("socket.default-pick-differs", area="network", category="interface_selection")
 def default_pick_differs(facts: NodeFacts) -> Problem | None:
-    """Without NCCL_SOCKET_IFNAME, NCCL would pick another interface than the route to the master."""
+    """Without NCCL_SOCKET_IFNAME, NCCL picks another interface than the route to the master
+    (measured by libnccl's own bootstrap in a check run, else predicted by NCCL's order)."""
     net = facts.network
     pick, wanted = interface_named(net, net.nccl_default_pick), master_interface(net)
     if _forced(facts) is not None or pick is None or wanted is None or pick.name == wanted:
         return None
     if any(reaches(pick, a) for a in net.master_addresses):
         return None
+    how = (
+        "measured: libnccl's ncclGetUniqueId bootstraps on"
+        if net.nccl_pick_measured
+        else "NCCL's order (ib*, then not docker*/lo*/virbr*) picks"
+    )
     return Problem(
-        Severity.WARN,
-        f"NCCL would bootstrap on {pick.name}, but the master {net.master} is reached through {wanted}",
+        Severity.FAIL if net.nccl_pick_measured else Severity.WARN,
+        f"NCCL {'bootstraps' if net.nccl_pick_measured else 'would bootstrap'} on {pick.name}, "
+        f"but the master {net.master} is reached through {wanted}",
         evidence=[
-            f"NCCL's order (ib*, then not docker*/lo*/virbr*) picks {pick.name}:{net.nccl_default_pick_address}",
+            f"{how} {pick.name}:{net.nccl_default_pick_address}",
             route_line(net),
             "every other rank must reach the bootstrap address; a different interface often is not routed",
         ],

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hostfacts import copy_host, findings, host_facts
 
+from checks import run_node_checks
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, NetworkFacts, Route
 from nccldoctor.model import Severity
@@ -120,9 +121,13 @@ def test_hostname_loopback():
     assert "127.0.1.1" in hit.title and "198.18.40.12 trainer-02" in hit.fix
     assert not findings("host.hostname-loopback", host_facts("hosts-loopback", {}))  # one node
     assert not findings("host.hostname-loopback", host_facts(IB, {}, MASTER))
-    # on the master given by that name the route is loopback: the fix names eth0's address
-    on_master = _one("host.hostname-loopback", host_facts("hosts-loopback", {}, "trainer-02"))
-    assert "198.18.40.12 trainer-02" in on_master.fix and "127.0" not in on_master.fix.split(":")[1]
+    # the master given by that name: one failure, one finding (master.loopback's), whose fix
+    # names eth0's address although the route to the master is loopback
+    on_master = host_facts("hosts-loopback", {}, "trainer-02")
+    assert not findings("host.hostname-loopback", on_master)
+    (loop,) = findings("master.loopback", on_master)
+    assert "\n198.18.40.12 trainer-02\n" in loop.fix and "--master 198.18.40.12" in loop.fix
+    assert "trainer-02 -> 127.0.1.1 on this node (/etc/hosts: 127.0.1.1" in loop.evidence[0]
 
 
 def test_master_unresolvable():
@@ -175,3 +180,42 @@ def test_mtu_info():
     assert hit.severity is Severity.INFO and "MTU 9000" in hit.title
     assert not findings("network.mtu", host_facts("hosts-loopback", {}, MASTER))
     assert "MTU 9000" in _one("network.mtu", host_facts("roce-gid", {}, "198.18.30.11")).title
+
+
+def test_one_character_socket_ifname_is_ignored_as_nccl_does():
+    """NCCL ignores NCCL_SOCKET_IFNAME=e (one character) and picks by itself: one answer, no
+    prefix match of eno1/eth*, and the user told why (nccl/rules.py parse_if_list)."""
+    facts = host_facts(IB, {"NCCL_SOCKET_IFNAME": "e"}, MASTER)
+    assert facts.network.nccl_pick == facts.network.nccl_default_pick
+    ids = {f.id for f in run_node_checks(facts)}
+    assert "env.socket-ifname-ignored" in ids
+    assert not {i for i in ids if i.startswith("socket.ifname-")}
+
+
+def test_gloo_ifname_without_an_address_is_missing_too():
+    ib1 = host_facts(IB, {"GLOO_SOCKET_IFNAME": "ib1"}, MASTER)  # down, no address
+    assert [i.ipv4 + i.ipv6 for i in ib1.network.interfaces if i.name == "ib1"] == [[]]
+    hit = _one("gloo.ifname-missing", ib1)
+    assert hit.title.startswith("GLOO_SOCKET_IFNAME=ib1 names ib1")
+
+
+def test_measured_pick_supersedes_the_prediction():
+    """In a check run libnccl's own bootstrap answer replaces NCCL's order: one finding, failing,
+    whose evidence says it was measured."""
+    facts = host_facts(IB, {}, MASTER)
+    predicted = _one("socket.default-pick-differs", facts)
+    assert predicted.severity is Severity.WARN and "NCCL's order" in predicted.evidence[0]
+    facts.network.nccl_pick_measured = True
+    measured = _one("socket.default-pick-differs", facts)
+    assert measured.severity is Severity.FAIL and measured.evidence[0].startswith("measured:")
+    assert measured.title.startswith("NCCL bootstraps on ib0")
+
+
+def test_nat_measured_by_the_master():
+    facts = host_facts(IB, {}, MASTER)
+    assert not findings("master.nat-bridge", facts)
+    facts.network.seen_by_master = "198.18.99.7"
+    hit = _one("master.nat-bridge", facts)
+    assert "the master sees 198.18.99.7" in hit.title and "--network host" in hit.fix
+    facts.network.seen_by_master = facts.network.route_to_master.source
+    assert not findings("master.nat-bridge", facts)

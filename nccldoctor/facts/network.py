@@ -47,12 +47,18 @@ class NetworkFacts:
     master: str | None = None  # as given by the user
     master_addresses: list[str] = field(default_factory=list)  # resolved
     master_resolve_error: str | None = None
+    master_hosts_entries: list[str] = field(default_factory=list)  # /etc/hosts lines naming it
     route_to_master: Route | None = None
     ip_local_port_range: list[int] | None = None  # [low, high]; a list so JSON round-trips
     nccl_default_pick: str | None = None  # what NCCL's documented order would pick
     nccl_default_pick_address: str | None = None
     nccl_pick: str | None = None  # what NCCL's bootstrap would use with this env (IFNAME honoured)
     nccl_pick_address: str | None = None
+    # What `nccldoctor check` measured, where a probe of the files could only predict: the
+    # picks above came from libnccl's own bootstrap (ncclGetUniqueId), and the address the
+    # master saw this node's hello come from (NAT when it is not the route's source).
+    nccl_pick_measured: bool = False
+    seen_by_master: str | None = None
     live: bool = True  # read from the running kernel (False: a captured tree under --root)
     address_source: str | None = None  # psutil | <root>/run/nccldoctor/ip-addr.json | None
     read_errors: list[str] = field(default_factory=list)  # files that were missing or garbled

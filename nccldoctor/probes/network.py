@@ -260,6 +260,9 @@ def _master_path(root: Path, live: bool, facts: NetworkFacts) -> None:
     if not facts.master:
         return
     facts.master_addresses, facts.master_resolve_error = netpath.resolve(facts.master, root, live)
+    facts.master_hosts_entries = [
+        line for _, names, line in netpath.hosts_entries(root) if facts.master in names
+    ]
     if not facts.master_addresses:
         return
     own = [a for i in facts.interfaces for a in (*i.ipv4, *i.ipv6)]

@@ -120,9 +120,11 @@ def test_bridge_that_nccl_would_pick(lab):
     assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
     cluster = runs[0].cluster_report()
     found = [f for f in by_category(cluster, "interface_selection") if f["node"] == "node1"]
-    pick = [f for f in found if f["id"] == "run.nccl-picks-wrong-interface"]
-    assert pick and "br-0ca1" in pick[0]["title"] and "eth0" in pick[0]["title"]
-    assert pick[0]["severity"] == "fail" and "NCCL_SOCKET_IFNAME==eth0" in pick[0]["fix"]
+    # one finding: libnccl's measured pick superseded preflight's prediction of it
+    (pick,) = [f for f in found if f["id"] == "socket.default-pick-differs"]
+    assert "br-0ca1" in pick["title"] and "eth0" in pick["title"]
+    assert pick["severity"] == "fail" and "NCCL_SOCKET_IFNAME==eth0" in pick["fix"]
+    assert pick["evidence"][0].startswith("measured: libnccl's ncclGetUniqueId")
     assert [r["state"] for r in cluster["ranks"]] == ["ok", "ok"]  # pinned to eth0, it works
 
 
@@ -237,7 +239,10 @@ def test_unresolvable_master(lab):
     lab.wait([run], 60)
     assert run.rc == 3
     node = run.node_report()
-    found = [f for f in node["findings"] if f["id"] == "run.master-unresolvable"]
-    assert found and found[0]["category"] == "env_config" and found[0]["node"] == "node0"
+    # one failure, one id
+    (found,) = [f for f in node["findings"] if "does not resolve" in f["title"]]
+    assert (found["id"], found["category"], found["node"]) == (
+        "master.unresolvable", "env_config", "node0"
+    )  # fmt: skip
     assert node["phases"][1] == {**node["phases"][1], "phase": "reach", "status": "fail"}
     assert run.elapsed < 40

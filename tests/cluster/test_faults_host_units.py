@@ -8,24 +8,37 @@ from pathlib import Path
 
 from checks import get_check
 from nccldoctor.cluster.agent.gather import master_lost
-from nccldoctor.cluster.agent.reach import ReachResult, locate, still_listening
+from nccldoctor.cluster.agent.reach import locate, still_listening
 from nccldoctor.cluster.agent.rendezvous import World, WorldNode
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.findings import master_loopback_findings, master_lost_findings
+from nccldoctor.cluster.diagnosis.findings import master_lost_findings
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.network import Interface, Route
 from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
+from nccldoctor.probes.network import probe as network_probe
 
 INTERFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.5.1"]}
 DEBIAN_LINE = "127.0.1.1 trainer-01"
 
 
-def on_master(master="trainer-01", addresses=("127.0.1.1",), lines=(DEBIAN_LINE,)):
-    return ReachResult(master, list(addresses), hosts_lines=list(lines), interface="lo",
-                       source="127.0.0.1")  # fmt: skip
+def on_master(master="trainer-01", addresses=("127.0.1.1",), lines=(DEBIAN_LINE,), more=()):
+    """The master's facts where its name resolves to ``addresses``, the route to it is lo."""
+    facts = NodeFacts(node="node0")
+    net = facts.network
+    net.interfaces = [Interface("lo", kind="loopback", ipv4=["127.0.0.1/8"]),
+                      Interface("eth0", ipv4=["198.18.5.1/24"]), *more]  # fmt: skip
+    net.master, net.master_addresses = master, list(addresses)
+    net.master_hosts_entries = list(lines)
+    net.route_to_master = Route(addresses[0] if addresses else "", "lo", "127.0.0.1")
+    return facts
+
+
+def loopback_findings(facts):
+    return get_check("master.loopback").run(facts, node=facts.node)
 
 
 def test_isolated_is_the_command_itself_without_options():
@@ -43,39 +56,41 @@ def test_isolated_mounts_shm_and_sets_the_hostname_then_execs():
 
 
 def test_master_name_on_loopback_names_the_hosts_line_and_the_fix():
-    (f,) = master_loopback_findings(on_master(), "node0", INTERFACES)
+    (f,) = loopback_findings(on_master())
     assert (f.id, f.category, f.severity, f.node) == (
-        "run.master-name-loopback", "interface_selection", Severity.FAIL, "node0"
+        "master.loopback", "connect_refused_or_timeout", Severity.FAIL, "node0"
     )  # fmt: skip
-    assert f.title.startswith("the master's name trainer-01 resolves to 127.0.1.1 on the master")
+    assert f.title.startswith("the master trainer-01 resolves to 127.0.1.1 (loopback) on this")
     assert (
-        f.evidence[0] == "trainer-01 -> 127.0.1.1 on node node0 (/etc/hosts: 127.0.1.1 trainer-01)"
+        f.evidence[0] == "trainer-01 -> 127.0.1.1 on this node (/etc/hosts: 127.0.1.1 trainer-01)"
     )
-    assert f.evidence[1] == "routable addresses here: eth0 198.18.5.1"
+    assert f.evidence[1] == "routable addresses here: eth0 198.18.5.1/24"
     assert "replace '127.0.1.1 trainer-01' with:\n198.18.5.1 trainer-01" in f.fix
     assert "--master 198.18.5.1" in f.fix
-
-
-def test_master_name_on_loopback_without_a_hosts_line_or_a_single_address():
-    two = {**INTERFACES, "eth1": ["198.18.6.1"]}
-    (f,) = master_loopback_findings(on_master(lines=()), "node0", two)
+    eth1 = Interface("eth1", ipv4=["198.18.6.1/24"])
+    (f,) = loopback_findings(on_master(lines=(), more=(eth1,)))
     assert "not from /etc/hosts" in f.evidence[0]
-    assert "<this node's address on the fast network>" in f.fix
+    assert "<this node's routable IP>" in f.fix
 
 
 def test_master_on_loopback_on_purpose_or_routable_is_quiet():
-    assert master_loopback_findings(on_master(addresses=("198.18.5.1",)), "n", INTERFACES) == []
-    assert master_loopback_findings(on_master("127.0.0.1", ("127.0.0.1",)), "n", INTERFACES) == []
-    assert master_loopback_findings(on_master("localhost"), "n", INTERFACES) == []
-    assert master_loopback_findings(on_master(addresses=()), "n", INTERFACES) == []
+    assert loopback_findings(on_master(addresses=("198.18.5.1",))) == []
+    (f,) = loopback_findings(on_master("127.0.0.1", ("127.0.0.1",)))  # not a name: the plain one
+    assert f.title == "the master 127.0.0.1 is a loopback address: other nodes cannot reach it"
+    single = on_master()
+    single.env.variables = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert loopback_findings(single) == []
+    assert loopback_findings(on_master(addresses=())) == []
 
 
 def test_locate_quotes_the_hosts_lines_naming_the_master(tmp_path: Path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{DEBIAN_LINE}  # Debian\n")
-    found = locate("127.0.0.1", root=tmp_path)
+    found = locate(network_probe(tmp_path, {}, "127.0.0.1"))
     assert found.hosts_lines == [] and found.loopback
-    assert locate("trainer-01", root=tmp_path).hosts_lines == [f"{DEBIAN_LINE}  # Debian"]
+    assert locate(network_probe(tmp_path, {}, "trainer-01")).hosts_lines == [
+        f"{DEBIAN_LINE}  # Debian"
+    ]
 
 
 def master_view(name, addresses):

@@ -5,12 +5,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from checks import get_check
 from nccldoctor.cluster.agent import listener, tcpprobe
-from nccldoctor.cluster.agent.reach import connect, is_local, locate
+from nccldoctor.cluster.agent.reach import connect, locate
 from nccldoctor.cluster.diagnosis.findings import reach_findings
+from nccldoctor.facts import NodeFacts
+from nccldoctor.meet import is_local
+from nccldoctor.probes.network import probe as network_probe
 from tests.ports import free_port
 
 
@@ -95,14 +100,14 @@ def test_hello_to_nobody_ends_at_its_deadline():
 
 def test_reach_a_listening_port():
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        result = locate("127.0.0.1")
+        result = locate(network_probe(Path("/"), {}, "127.0.0.1"))
         connect(result, listener.getsockname()[1], time.monotonic() + 5)
     assert result.connected and result.interface == "lo" and result.source == "127.0.0.1"
     assert reach_findings(result, 1, "a") == []
 
 
 def test_reach_a_closed_port_is_refused_until_the_deadline():
-    result = locate("127.0.0.1")
+    result = locate(network_probe(Path("/"), {}, "127.0.0.1"))
     start = time.monotonic()
     connect(result, free_port(), start + 1.2, retry_s=0.2)
     assert not result.connected and result.refused >= 2 and result.timed_out == 0
@@ -112,10 +117,13 @@ def test_reach_a_closed_port_is_refused_until_the_deadline():
 
 
 def test_an_unresolvable_master():
-    result = locate("no-such-host.invalid")
-    assert result.addresses == [] and result.resolve_error
-    (finding,) = reach_findings(result, 29400, "b")
-    assert (finding.id, finding.category) == ("run.master-unresolvable", "env_config")
+    network = network_probe(Path("/"), {}, "no-such-host.invalid")
+    result = locate(network)
+    assert result.addresses == [] and result.resolve_error == network.master_resolve_error
+    assert reach_findings(result, 29400, "b") == []  # one failure: master.unresolvable's
+    facts = NodeFacts(node="b", network=network)
+    (finding,) = get_check("master.unresolvable").run(facts, node="b")
+    assert (finding.category, finding.node) == ("env_config", "b")
 
 
 def test_is_local():

@@ -1,18 +1,11 @@
-"""The run's judgement, from observations to findings: plan_world, verdicts, interface rules."""
+"""The run's judgement, from observations to findings: plan_world, verdicts."""
 
 from __future__ import annotations
 
 from nccldoctor.cluster.agent.listener import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
-from nccldoctor.cluster.diagnosis.findings import (
-    interface_findings,
-    nccl_matches,
-    rendezvous_findings,
-)
+from nccldoctor.cluster.diagnosis.findings import rendezvous_findings
 from nccldoctor.cluster.diagnosis.verdict import categorize, hang_section, rank_findings
-
-IFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.0.2"], "eth10": ["198.18.9.2"],
-          "br-1a": ["198.19.0.1"], "ib0": []}  # fmt: skip
 
 
 def entry(slot, name, rank=None, procs=1, cuda=False):
@@ -42,26 +35,6 @@ def test_plan_world_auto_backend_is_nccl_only_when_every_node_has_cuda():
     assert (
         plan_world("r", "auto", [entry(0, "a", 0, cuda=True), entry(1, "b")], 2).backend == "gloo"
     )
-
-
-def test_nccl_ifname_grammar():
-    assert nccl_matches("eth", IFACES) == ["eth0", "eth10"]
-    assert nccl_matches("=eth0", IFACES) == ["eth0"]
-    assert nccl_matches("^lo,br-", IFACES) == ["eth0", "eth10"]
-    assert nccl_matches("ib", IFACES) == []  # ib0 has no IPv4
-
-
-def test_interface_findings_name_the_working_interface():
-    found = interface_findings("b", "eth0", IFACES, {"GLOO_SOCKET_IFNAME": "ib9"}, None)
-    assert [f.id for f in found] == ["run.gloo-ifname-wrong"]
-    assert "GLOO_SOCKET_IFNAME=eth0" in found[0].fix and found[0].node == "b"
-    found = interface_findings("b", "eth0", IFACES, {"NCCL_SOCKET_IFNAME": "eth1"}, None)
-    assert found[0].id == "run.nccl-ifname-wrong" and "selects eth10" in found[0].title
-    assert interface_findings("b", "eth0", IFACES, {"NCCL_SOCKET_IFNAME": "=eth0"}, "br-1a") == []
-    picked = interface_findings("b", "eth0", IFACES, {}, "br-1a")
-    assert picked[0].id == "run.nccl-picks-wrong-interface" and "br-1a" in picked[0].title
-    assert interface_findings("b", "eth0", IFACES, {}, "eth0") == []
-    assert interface_findings("b", "lo", IFACES, {}, "eth0") == []  # one host: all reach it
 
 
 def test_rendezvous_findings_name_refused_and_blocked_nodes():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.cluster.worker.deadline import GRACE_S, HEARTBEAT_S
-from nccldoctor.cluster.worker.faults import PHASES
 from tests.cluster.idx import write_mnist
 from tests.cluster.launcher import REPO, Ranks, launch, spawn, start_store
 
@@ -71,7 +71,7 @@ def assert_healthy(ranks: Ranks, n: int) -> dict:
 def assert_events_in_order(events: list[dict], rank: int) -> None:
     assert all(e["rank"] == rank for e in events)
     marks = [(e["phase"], e["status"]) for e in events if e["status"] != "heartbeat"]
-    assert marks == [(p, s) for p in PHASES for s in ("start", "ok")]
+    assert marks == [(p, s) for p in WORKER_PHASES for s in ("start", "ok")]
     running, previous_t = None, events[0]["t"]
     for event in events:
         running = event["phase"] if event["status"] == "start" else running

@@ -27,15 +27,6 @@ from nccldoctor.forensics.stop import stop_groups
 # Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
 # phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
 GRACE_S = 4.0
-WORKER_PHASES = (
-    "init",
-    "barrier",
-    "allreduce_correctness",
-    "bandwidth",
-    "ddp",
-    "checksum",
-    "destroy",
-)
 
 
 def phase_budget(phase: str, timeouts: Timeouts) -> float:

@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendezvous
-from nccldoctor.cluster.agent.reach import ReachResult, connect, is_local, local_interfaces, locate
+from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import results
-from nccldoctor.cluster.diagnosis.findings import (
-    hello_findings,
-    interface_findings,
-    master_loopback_findings,
-    port_findings,
-    reach_findings,
+from nccldoctor.cluster.diagnosis.findings import hello_findings, port_findings, reach_findings
+from nccldoctor.cluster.diagnosis.node_report import (
+    NodeRun,
+    bootstrap_interface,
+    build_node_report,
+    record_nccl_pick,
 )
-from nccldoctor.cluster.diagnosis.node_report import NodeRun, bootstrap_interface, build_node_report
 from nccldoctor.facts import to_dict
+from nccldoctor.meet import is_local
 from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
 from nccldoctor.probes.libnccl import bootstrap_probe
@@ -204,7 +204,7 @@ class NodeAgent:
         c, t, run = self.config, self.config.timeouts, self.run
         with self.phase("reach") as row:
             deadline = time.monotonic() + t.reach
-            result = locate(c.master)
+            result = locate(run.facts.network)
             run.reach = asdict(result)
             if result.resolve_error:
                 self._fail(
@@ -213,8 +213,6 @@ class NodeAgent:
             address = result.addresses[0]
             run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
             row["detail"] = f"{result.interface} → {address}:{c.port}"
-            if run.is_master and c.nodes != 1:  # one node: loopback is all it needs
-                run.findings.extend(master_loopback_findings(result, run.node, local_interfaces()))
             if run.is_master:
                 self._host()
             else:  # hello first: the master learns of this node even when its store port is blocked
@@ -241,7 +239,9 @@ class NodeAgent:
             "error": reply.error,
             "probe_port": reply.probe_port,
         }
-        self._hello_found = hello_findings(reply, advertised, run.node, f"{address}:{c.gate_port}")
+        # what the master saw: master.nat-bridge compares it with the route's source
+        run.facts.network.seen_by_master = reply.seen or None
+        self._hello_found = hello_findings(reply, run.node, f"{address}:{c.gate_port}")
         if reply.refused:
             self._fail(self._hello_found, f"reach: {reply.error}")
         if reply.ok:
@@ -332,26 +332,25 @@ class NodeAgent:
         the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
         run = self.run
         with self.phase("bootstrap") as row:
-            pick = run.facts.network.nccl_default_pick if run.facts else None
             if self._bootstrap_probe is None:
                 row["status"], row["detail"] = "skipped", "no loadable libnccl"
-            else:
-                library, future = self._bootstrap_probe
-                probe = future.result(timeout=self.config.timeouts.bootstrap + 5)
-                used = bootstrap_interface(probe.output_lines)
-                run.bootstrap = {
-                    "library": library,
-                    "rc": probe.rc,
-                    "error": probe.error,
-                    "interface": used,
-                    "lines": probe.output_lines[-20:],
-                }
-                pick = used[0] if used else pick
-                row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
-            route = (run.reach or {}).get("interface")
-            run.findings.extend(
-                interface_findings(run.node, route, local_interfaces(), self.env, pick)
-            )
+                return
+            library, future = self._bootstrap_probe
+            probe = future.result(timeout=self.config.timeouts.bootstrap + 5)
+            used = bootstrap_interface(probe.output_lines)
+            run.bootstrap = {
+                "library": library,
+                "rc": probe.rc,
+                "error": probe.error,
+                "interface": used,
+                "lines": probe.output_lines[-20:],
+            }
+            row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+            if used and run.facts:  # the node checks judge libnccl's answer, not a prediction
+                forced = run.facts.env.socket_ifname
+                run.facts.network = record_nccl_pick(
+                    run.facts.network, used, forced is not None and not forced.ignored
+                )
 
     def _tcp(self) -> None:
         c, run = self.config, self.run

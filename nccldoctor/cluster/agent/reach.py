@@ -1,4 +1,5 @@
-"""Reach: can this node get to the master? Resolve it, ask the kernel for the route, connect.
+"""Reach: can this node get to the master? Where it is (the network probe resolved it and asked
+the kernel for the route), then connect.
 
 Three answers are compared later (findings): the interface the kernel routes through, the one
 NCCL's own selection picks (bootstrap probe) and the one the user forced. Every loop here runs
@@ -12,10 +13,8 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from nccldoctor.meet import is_local  # noqa: F401  (the agent imports it from here)
-from nccldoctor.probes.netpath import hosts_entries
+from nccldoctor.facts.network import NetworkFacts
 
 
 @dataclass
@@ -41,48 +40,30 @@ class ReachResult:
         )
 
 
-def resolve(master: str) -> tuple[list[str], str | None]:
-    """IPv4 addresses of ``master`` and the resolver's error, if any."""
-    try:
-        infos = socket.getaddrinfo(master, None, socket.AF_INET, socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        return [], f"{master}: {exc}"
-    return sorted({info[4][0] for info in infos}), None
-
-
-def route_to(address: str) -> tuple[str | None, str | None]:
-    """(interface, source address) the kernel picks for ``address``.
-
-    A connected UDP socket makes the kernel do the route lookup (no packet is sent); the source
-    address it chose names the interface.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((address, 9))
-        except OSError:
-            return None, None
-        source = probe.getsockname()[0]
-    return interface_of(source), source
-
-
-def interface_of(address: str) -> str | None:
-    """The local interface holding ``address``."""
-    import psutil
-
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
-            return name
-    return None
-
-
-def locate(master: str, root: Path = Path("/")) -> ReachResult:
-    """Resolve ``master`` (and quote ``/etc/hosts`` on it) and ask the kernel for the route;
-    no packet is sent."""
-    result = ReachResult(master)
-    result.addresses, result.resolve_error = resolve(master)
-    result.hosts_lines = [line for _, names, line in hosts_entries(root) if master in names]
-    if result.addresses:
-        result.interface, result.source = route_to(result.addresses[0])
+def locate(network: NetworkFacts) -> ReachResult:
+    """Where the master is, from what the network probe read of it (``network.master`` resolved
+    through netpath with a deadline, /etc/hosts's lines naming it, the kernel's route); no
+    packet is sent."""
+    master = network.master or ""
+    result = ReachResult(master, resolve_error=network.master_resolve_error)
+    result.addresses = [a for a in network.master_addresses if ":" not in a]  # the store is IPv4
+    if network.master_addresses and not result.addresses:
+        result.resolve_error = f"{master} resolves to no IPv4 address"
+    result.hosts_lines = list(network.master_hosts_entries)
+    route = network.route_to_master
+    if result.addresses and route is not None and not route.error:
+        result.source = route.source
+        # The interface holding the source: on the master, the kernel routes its own address
+        # through lo, yet what it advertises lives on the interface that holds it.
+        holder = next(
+            (
+                i.name
+                for i in network.interfaces
+                if any(a.split("/")[0] == route.source for a in i.ipv4)
+            ),
+            None,
+        )
+        result.interface = holder or route.interface
     return result
 
 
@@ -131,11 +112,6 @@ def connect_once(address: str, port: int, timeout_s: float) -> OSError | None:
         return exc
 
 
-def local_interfaces() -> dict[str, list[str]]:
-    """Every local interface with its IPv4 addresses (empty list: none)."""
-    import psutil
-
-    return {
-        name: [a.address for a in addrs if a.family == socket.AF_INET]
-        for name, addrs in psutil.net_if_addrs().items()
-    }
+def ipv4_addresses(network: NetworkFacts) -> dict[str, list[str]]:
+    """Every interface the probe read, with its IPv4 addresses (no prefix; empty list: none)."""
+    return {i.name: [a.split("/")[0] for a in i.ipv4] for i in network.interfaces}

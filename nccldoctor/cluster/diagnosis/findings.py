@@ -22,20 +22,9 @@ SKEW_WARN_S = 5.0
 
 
 def reach_findings(r: ReachResult, port: int, node: str) -> list[Finding]:
+    """A master that resolved but did not answer (master.unresolvable says when it did not)."""
     if r.resolve_error:
-        return [
-            Finding(
-                "run.master-unresolvable",
-                "env_config",
-                Severity.FAIL,
-                f"the master {r.master!r} does not resolve on node {node}",
-                [r.resolve_error],
-                "Use the master's numeric IP on every node (--master 10.10.10.2), or fix /etc/hosts "
-                "or DNS so that every node resolves the same address.",
-                area="network",
-                node=node,
-            )
-        ]
+        return []
     if r.connected:
         return []
     where = f"{r.addresses[0]}:{port}" if r.addresses else f"{r.master}:{port}"
@@ -73,55 +62,7 @@ def reach_findings(r: ReachResult, port: int, node: str) -> list[Finding]:
     ]
 
 
-def master_loopback_findings(
-    r: ReachResult, node: str, interfaces: Mapping[str, Sequence[str]]
-) -> list[Finding]:
-    """The master's own name resolves to loopback on the master (Debian's 127.0.1.1 hostname
-    line, F05): the store listens on every address, so the others join, but what the master's
-    ranks advertise (gloo: the hostname's address; the route to the master: lo) is loopback, and
-    the other nodes' ranks connect to their own 127.0.0.1."""
-    if not r.loopback or _is_ip(r.master) or r.master == "localhost":
-        return []  # a loopback address or localhost on purpose: nodes of one host
-    routable = [(name, a) for name, addrs in sorted(interfaces.items()) for a in addrs
-                if not ipaddress.ip_address(a).is_loopback]  # fmt: skip
-    address = routable[0][1] if len(routable) == 1 else "<this node's address on the fast network>"
-    where = "/etc/hosts: " + "; ".join(r.hosts_lines) if r.hosts_lines else "not from /etc/hosts"
-    if r.hosts_lines:
-        fix = (f"# on node {node}, in /etc/hosts replace {r.hosts_lines[0]!r} with:\n"
-               f"{address} {r.master}")  # fmt: skip
-    else:
-        fix = f"# make {r.master} resolve to {address} on node {node} (DNS, or /etc/hosts)"
-    return [
-        Finding(
-            "run.master-name-loopback",
-            "interface_selection",
-            Severity.FAIL,
-            f"the master's name {r.master} resolves to {', '.join(r.addresses)} on the master "
-            f"(node {node}): its ranks advertise loopback and the other nodes cannot connect back",
-            [
-                f"{r.master} -> {', '.join(r.addresses)} on node {node} ({where})",
-                "routable addresses here: "
-                + (", ".join(f"{n} {a}" for n, a in routable) or "none"),
-                f"route to the master: {r.interface} (source {r.source}): gloo and NCCL would "
-                "bind and advertise this",
-            ],
-            f"{fix}\n# or give the master by IP on every node: --master {address} "
-            f"(MASTER_ADDR={address})",
-            area="network",
-            node=node,
-        )
-    ]
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def hello_findings(reply: HelloReply, advertised: str, node: str, gate: str) -> list[Finding]:
+def hello_findings(reply: HelloReply, node: str, gate: str) -> list[Finding]:
     if reply.refused:
         return [
             Finding(
@@ -144,21 +85,6 @@ def hello_findings(reply: HelloReply, advertised: str, node: str, gate: str) -> 
                 f"node {node} reached the store port but not nccldoctor's port {gate}",
                 [reply.error],
                 "Open the port after --port too (nccldoctor's own listener).",
-                area="network",
-                node=node,
-            )
-        ]
-    if reply.seen and advertised and reply.seen != advertised:
-        return [
-            Finding(
-                "run.nat",
-                "docker_network",
-                Severity.FAIL,
-                f"node {node} sits behind NAT: it advertises {advertised}, the master sees "
-                f"{reply.seen}; NCCL's peers will not reach the advertised address",
-                [f"advertised (route source): {advertised}", f"seen by the master: {reply.seen}"],
-                "Run the container with --network host (and --ipc host or a large --shm-size); "
-                "publishing ports (-p) does not help NCCL, which uses random ports.",
                 area="network",
                 node=node,
             )
@@ -245,97 +171,6 @@ def port_findings(probe: PortProbe, node: str, facts: NodeFacts | None) -> list[
             node=node,
         )
     ]
-
-
-def interface_findings(
-    node: str,
-    route_interface: str | None,
-    interfaces: Mapping[str, Sequence[str]],
-    env: Mapping[str, str],
-    nccl_pick: str | None,
-) -> list[Finding]:
-    """The interface the kernel routes to the master through vs the one NCCL/gloo will use."""
-    findings = []
-    fix = (
-        f"export NCCL_SOCKET_IFNAME=={route_interface} GLOO_SOCKET_IFNAME={route_interface}"
-        if route_interface
-        else "Set NCCL_SOCKET_IFNAME to the interface that reaches the master."
-    )
-    gloo = env.get("GLOO_SOCKET_IFNAME")
-    if gloo:
-        names = [n.strip() for n in gloo.split(",") if n.strip()]
-        bad = [n for n in names if n not in interfaces or not interfaces[n]]
-        if bad or any(n.startswith(("^", "=")) for n in names):
-            findings.append(
-                Finding(
-                    "run.gloo-ifname-wrong",
-                    "interface_selection",
-                    Severity.FAIL,
-                    f"GLOO_SOCKET_IFNAME={gloo} names no usable interface on node {node}",
-                    [
-                        f"interfaces with IPv4: {', '.join(sorted(k for k, v in interfaces.items() if v))}",
-                        f"route to the master: {route_interface}",
-                    ],
-                    fix + "  (gloo takes exact names only, no ^ or =)",
-                    area="network",
-                    node=node,
-                )
-            )
-    nccl = env.get("NCCL_SOCKET_IFNAME")
-    if nccl:
-        matched = nccl_matches(nccl, interfaces)
-        if not matched or (route_interface and route_interface not in matched):
-            findings.append(
-                Finding(
-                    "run.nccl-ifname-wrong",
-                    "interface_selection",
-                    Severity.FAIL,
-                    f"NCCL_SOCKET_IFNAME={nccl} on node {node} selects "
-                    f"{', '.join(matched) or 'no interface'}, but the master is reached via "
-                    f"{route_interface}",
-                    [
-                        f"interfaces with IPv4: {', '.join(sorted(k for k, v in interfaces.items() if v))}"
-                    ],
-                    fix,
-                    area="network",
-                    node=node,
-                )
-            )
-    elif nccl_pick and route_interface not in (None, "lo") and nccl_pick != route_interface:
-        # (a master on loopback means one host: every local address reaches it)
-        findings.append(
-            Finding(
-                "run.nccl-picks-wrong-interface",
-                "interface_selection",
-                Severity.FAIL,
-                f"without NCCL_SOCKET_IFNAME NCCL on node {node} picks {nccl_pick}, but the master "
-                f"is reached via {route_interface}",
-                [
-                    f"{nccl_pick}: {', '.join(interfaces.get(nccl_pick, [])) or 'no IPv4'}",
-                    f"{route_interface}: {', '.join(interfaces.get(route_interface, []))}",
-                    "nccldoctor's own workers were pinned to the routed interface",
-                ],
-                fix,
-                area="network",
-                node=node,
-            )
-        )
-    return findings
-
-
-def nccl_matches(value: str, interfaces: Mapping[str, Sequence[str]]) -> list[str]:
-    """Interfaces (with IPv4) that NCCL_SOCKET_IFNAME selects: prefix list, ``^`` excludes,
-    ``=`` exact (NVIDIA/nccl src/misc/socket.cc, matchIfList)."""
-    exclude = value.startswith("^")
-    value = value[1:] if exclude else value
-    exact = value.startswith("=")
-    value = value[1:] if exact else value
-    wanted = [w.split(":")[0] for w in value.split(",") if w]
-
-    def hit(name: str) -> bool:
-        return any(name == w if exact else name.startswith(w) for w in wanted)
-
-    return sorted(n for n, addrs in interfaces.items() if addrs and hit(n) != exclude)
 
 
 def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> list[Finding]:

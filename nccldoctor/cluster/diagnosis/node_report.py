@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from checks import run_node_checks
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
 from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
-from nccldoctor.facts import NodeFacts
+from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
@@ -42,11 +44,24 @@ class NodeRun:
     lost: list[str] = field(default_factory=list)  # sentences: nodes this one outlived
 
 
+# Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
+# address the master saw): preflight's predictions are replaced by their judgement of the
+# measurement, run once when the report is built.
+RUN_MEASURED = (
+    "master.nat-bridge",
+    "socket.default-pick-differs",
+    "socket.ifname-not-routed",
+    "socket.pick-virtual",
+)
+
+
 def build_node_report(
     run: NodeRun, config: CheckConfig, command: Sequence[str], elapsed_s: float
 ) -> Report:
     """This node's report (kind "check"): the preflight document plus the run's sections."""
-    findings = list(run.findings)
+    findings = [f for f in run.findings if f.id not in RUN_MEASURED] + (
+        run_node_checks(run.facts, only=RUN_MEASURED) if run.facts else []
+    )
     backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
     if backend == "gloo":
         findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
@@ -140,6 +155,15 @@ def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
         if process.bootstrap:
             return process.bootstrap["ifname"], process.bootstrap["address"]
     return None
+
+
+def record_nccl_pick(network: NetworkFacts, used: tuple[str, str], forced: bool) -> NetworkFacts:
+    """The facts with libnccl's own bootstrap interface in place of NCCL's order applied to
+    them (``forced``: NCCL_SOCKET_IFNAME chose it, so NCCL's default order is still unknown)."""
+    measured = {"nccl_pick": used[0], "nccl_pick_address": used[1], "nccl_pick_measured": True}
+    if not forced:
+        measured |= {"nccl_default_pick": used[0], "nccl_default_pick_address": used[1]}
+    return dataclasses.replace(network, **measured)
 
 
 def _run_status(run: NodeRun) -> str:

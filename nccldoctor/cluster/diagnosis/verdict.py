@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nccldoctor.cluster.agent.monitor import WORKER_PHASES
+from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.forensics.behind import categorize, culprits, stopped_at
 from nccldoctor.model import Finding, Severity
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nccldoctor.cluster.records import WORKER_PHASES
+
 ENV_VAR = "NCCLDOCTOR_FAULT"
 KINDS = ("hang", "crash", "exit", "wrong")
-# The worker's phases, in order (the cluster contract).
-PHASES = ("init", "barrier", "allreduce_correctness", "bandwidth", "ddp", "checksum", "destroy")
 # "wrong" needs an exact check to defeat: only these phases have one.
 WRONG_PHASES = ("allreduce_correctness", "bandwidth", "checksum")
 # Issue 4 spells the correctness phase "allreduce" (NCCLDOCTOR_FAULT=hang:allreduce:rank=1).
@@ -47,9 +47,9 @@ def parse_faults(text: str) -> list[Fault]:
         kind, phase, rank_text = parts[0], PHASE_ALIASES.get(parts[1], parts[1]), parts[2][5:]
         if kind not in KINDS:
             raise FaultSpecError(f"{ENV_VAR} kind {kind!r} unknown; kinds: {', '.join(KINDS)}")
-        if phase not in PHASES:
+        if phase not in WORKER_PHASES:
             raise FaultSpecError(
-                f"{ENV_VAR} phase {parts[1]!r} unknown; phases: {', '.join(PHASES)}"
+                f"{ENV_VAR} phase {parts[1]!r} unknown; phases: {', '.join(WORKER_PHASES)}"
             )
         if kind == "wrong" and phase not in WRONG_PHASES:
             raise FaultSpecError(
