@@ -2,7 +2,7 @@
 
 Each takes the Facts of every node that joined the rendezvous (``scope="cluster"``). A value
 that some node does not know (None) is left out of the comparison, never guessed.
-References are to shared/reference/failures.md (section B, consistency across nodes).
+References are to docs/failures.md (section B, consistency across nodes).
 """
 
 from __future__ import annotations

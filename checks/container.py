@@ -1,6 +1,6 @@
 """Container and host-limit checks: networking mode, /dev/shm, IPC, memlock, RDMA devices, caps.
 
-References are to shared/reference/failures.md (F01 bridge network, F14 RDMA devices, F15
+References are to docs/failures.md (F01 bridge network, F14 RDMA devices, F15
 memlock, F21/F22 /dev/shm, F23 SYS_NICE, F24 IPC across containers, F27 file descriptors).
 """
 

@@ -1,6 +1,6 @@
 """GPU and driver checks: is there a GPU NCCL can use, and does the job get to see it?
 
-References are to shared/reference/failures.md (F26 GPU not usable, F10 device mapping).
+References are to docs/failures.md (F26 GPU not usable, F10 device mapping).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Network checks on the path to the master: name resolution, loopback, NAT, route, ports, MTU.
 
-Background (reference/failures.md F01, F02, F05, F06, F20).
+Background (docs/failures.md F01, F02, F05, F06, F20).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Network checks: which interface NCCL and gloo will use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME,
 NCCL's own order), and whether it is the one that reaches the master.
 
-Background (reference/failures.md F03, F04; nccl-logs.md §9): NCCL bootstraps over the first
+Background (docs/failures.md F03, F04; docs/nccl-log-formats.md#interface-selection): NCCL bootstraps over the first
 interface its order picks (``ib*``, then anything but ``docker*``/``lo*``/``virbr*``, then
 those), or over what NCCL_SOCKET_IFNAME names; every other rank must reach that address.
 """

@@ -1,6 +1,6 @@
 """InfiniBand / RoCE checks: HCA selection, port state, RoCE GIDs, GPUDirect RDMA, modules.
 
-Background: reference/failures.md F13-F19. NCCL (transport/net_ib/init.cc) uses every ACTIVE
+Background: docs/failures.md F13-F19. NCCL (transport/net_ib/init.cc) uses every ACTIVE
 port of every HCA that NCCL_IB_HCA matches (a prefix list unless written ``=``), skipping the
 rest silently; RoCE needs a GID that routes (RoCE v2, not link-local).
 """

@@ -1,6 +1,6 @@
 """Software checks: a torch that can use the GPUs, and which libnccl a process really loads.
 
-References are to shared/reference/failures.md (F11 "which libnccl is loaded?", F26).
+References are to docs/failures.md (F11 "which libnccl is loaded?", F26).
 """
 
 from __future__ import annotations

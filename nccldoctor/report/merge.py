@@ -1,6 +1,6 @@
 """Merging per-node reports into one cluster report, for when the master's report was lost.
 
-Every node writes its own report (DESIGN.md, gather), so the cluster picture can be rebuilt from
+Every node writes its own report (docs/design.md#phases, gather), so the cluster picture can be rebuilt from
 whichever reports survived: nodes are united, findings deduplicated by (id, node, rank, title),
 phases and ranks concatenated (first report wins on a duplicate), the verdict recomputed, and a
 ``report.merged`` finding says which nodes' reports were merged and which are missing. A report

@@ -1,6 +1,6 @@
-"""Start this node's workers as the cluster contract says (DESIGN.md, the cluster run, phase 5).
+"""Start this node's workers (docs/design.md#phases, the workers phase).
 
-The contract between agent and worker lives in code: the config JSON (``workerconfig``), the env
+What agent and worker agree on lives in code (docs/design.md#records): the config JSON (``workerconfig``), the env
 (:func:`worker_env`), and what a worker leaves in its rank folder (``worker``, ``workerwatch``).
 
 One process per local rank, running ``nccldoctor.cluster.worker.rank`` on ``<rank_dir>/config.json``
@@ -13,7 +13,7 @@ the agent (:class:`ForkedWorker`): they start with torch loaded, and a node pays
 not one per process. Neither NCCL nor CUDA is initialised in the agent: preflight loads libnccl
 (after torch loaded its own, see agent.py) only for ncclGetVersion, which returns a constant
 (NVIDIA/nccl src/init.cc); the bootstrap probe runs ncclGetUniqueId in a child process of its
-own; NVML is shut down after preflight. The child sets the contract's env before anything
+own; NVML is shut down after preflight. The child sets the worker env before anything
 reads it. Where the agent could not import torch, or torch says a child could not use CUDA
 (:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker.rank --config PATH``.
 """
@@ -79,7 +79,7 @@ def worker_config(spec: WorkerSpec, rank: int) -> WorkerConfig:
 
 
 def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, str]) -> dict:
-    """The user's env plus the contract's variables; the user's own NCCL settings win."""
+    """The user's env plus the worker's own variables; the user's own NCCL settings win."""
     env = dict(base)
     directory = rank_dir(spec, rank)
     env.update(

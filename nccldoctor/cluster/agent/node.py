@@ -1,6 +1,6 @@
 """The node agent: runs the phases of `nccldoctor check` on one node and always writes a report.
 
-Phases (DESIGN.md): preflight → reach → rendezvous → bootstrap → tcp → ports → workers → gather.
+Phases (docs/design.md#phases): preflight → reach → rendezvous → bootstrap → tcp → ports → workers → gather.
 Each has a deadline from :class:`Timeouts` and is recorded in ``phases``. The master (node rank
 0, or the node owning ``--master``) also hosts the store and the gate, and after the exit barrier
 merges every node's report into the cluster report. torch is imported in the background as the

@@ -25,7 +25,7 @@ _RANK_VERDICT_IDS = ("run.rank-stuck", "run.rank-failed")
 def cluster_section(
     master: str, world: World | None, report_paths: Mapping[int, str]
 ) -> dict[str, Any]:
-    """The contract's ``cluster`` section."""
+    """The report's ``cluster`` section (docs/report.md)."""
     if world is None:
         return {"master": master, "world_size": 0, "nodes": [], "missing_nodes": []}
     nodes = [

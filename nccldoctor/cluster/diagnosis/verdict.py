@@ -35,7 +35,7 @@ def _first_line(text: str | None, phase: str | None = None, limit: int = 200) ->
 def hang_section(
     ranks: list[dict[str, Any]], lost: Sequence[str] = (), cause: str | None = None
 ) -> dict[str, Any] | None:
-    """The contract's ``hang`` section: null when every rank ended well and no node was lost.
+    """The report's ``hang`` section (docs/report.md): null when every rank ended well and no node was lost.
     ``cause`` (see ``causes``), when the network explains the stop, leads the verdict."""
     ordered = culprits(ranks, WORKER_PHASES)
     if not ordered and not lost:

@@ -1,4 +1,4 @@
-"""What the node agent tells a worker process: the config JSON of the cluster contract.
+"""What the node agent tells a worker process: the config JSON (docs/design.md#records).
 
 The agent writes one file per rank (``WorkerConfig(...).write(path)``); the worker reads it with
 ``WorkerConfig.read(path)``. Unknown keys are refused and bad values raise ``ValueError`` naming
@@ -17,7 +17,7 @@ from typing import Any
 BACKENDS = ("gloo", "nccl")
 # The dtypes a worker knows how to fill and check exactly (collectives.EXACT_INTEGER_LIMIT).
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
-# 4 B … 64 MiB in ×4 steps, as in the contract; the bandwidth budget trims the tail.
+# 4 B … 64 MiB in ×4 steps, as nccl-tests sweeps; the bandwidth budget trims the tail.
 DEFAULT_BANDWIDTH_SIZES = tuple(4**k for k in range(1, 14))
 
 

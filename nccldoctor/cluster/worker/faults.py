@@ -21,7 +21,7 @@ ENV_VAR = "NCCLDOCTOR_FAULT"
 KINDS = ("hang", "crash", "exit", "wrong")
 # "wrong" needs an exact check to defeat: only these phases have one.
 WRONG_PHASES = ("allreduce_correctness", "bandwidth", "checksum")
-# Issue 4 spells the correctness phase "allreduce" (NCCLDOCTOR_FAULT=hang:allreduce:rank=1).
+# The correctness phase is also spelled "allreduce" (NCCLDOCTOR_FAULT=hang:allreduce:rank=1).
 PHASE_ALIASES = {"allreduce": "allreduce_correctness"}
 EXIT_STATUS = 7
 

@@ -4,7 +4,7 @@ Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK
 MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
 agent, which has torch loaded already (:func:`forked_main`). The phases, each under a deadline:
 init → barrier → allreduce_correctness → bandwidth → ddp → checksum → destroy. Everything the
-agent needs lands in the config's rank_dir (the contract, see launcher): events.jsonl as it goes,
+agent needs lands in the config's rank_dir (docs/design.md#records, and the launcher): events.jsonl as it goes,
 result.json on every exit path, stacks.txt on SIGUSR1 or at a missed deadline.
 Exit status: 0 all good, 1 a check failed (wrong results, replicas differ), 3 error or timeout.
 """
@@ -359,7 +359,7 @@ def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoR
     """The worker in a child just forked from the agent (launcher.ForkedWorker); never returns.
 
     The child first becomes what ``python -m nccldoctor.cluster.worker.rank --config`` would be: its
-    own session, stdin /dev/null, stdout and stderr the rank's log, exactly the contract's env
+    own session, stdin /dev/null, stdout and stderr the rank's log, exactly the worker env of the launcher
     (early enough: torch reads RANK, MASTER_* and GLOO_SOCKET_IFNAME when the process group is
     made, NCCL its NCCL_* at its own init, src/debug.cc ncclDebugInit and src/bootstrap.cc
     bootstrapNetInit), and none of the agent's descriptors: the store's and the gate's listening
