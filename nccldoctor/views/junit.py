@@ -91,7 +91,8 @@ def _phase_case(phase: dict[str, Any]) -> ET.Element:
 
 
 def _case(classname: str, name: str) -> ET.Element:
-    return ET.Element("testcase", classname=f"nccldoctor.{classname}", name=name)
+    # the name is built from the document's node and rank values: sanitised whole
+    return ET.Element("testcase", classname=_text(f"nccldoctor.{classname}"), name=_text(name))
 
 
 def _child(parent: ET.Element, tag: str, text: str | None, **attributes: str) -> None:

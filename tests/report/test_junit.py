@@ -83,6 +83,14 @@ def test_control_characters_and_markup_survive_as_text() -> None:
     assert "\ufffd ok" in failure.text
 
 
+def test_control_characters_in_node_and_rank_do_not_break_the_case_name() -> None:
+    # found by hypothesis (tests/report/test_robust.py): the name is built from these values
+    doc = {"kind": "check", "findings": [{"id": "x", "severity": "ok", "title": "t",
+                                          "node": "n\x01", "rank": "\x1f"}]}  # fmt: skip
+    case = ET.fromstring(render_document_junit(doc)).find(".//testcase")
+    assert case.get("name") == "x [node n\ufffd, rank \ufffd]"
+
+
 def test_no_phases_no_phase_suite() -> None:
     root = ET.fromstring(render_document_junit(fixture_document("preflight")))
     assert [s.get("name") for s in root.findall("testsuite")] == ["nccldoctor.preflight.findings"]
