@@ -38,17 +38,18 @@ class SyntheticRun:
         return [self.own, *(self.others[r] for r in sorted(self.others))]
 
     def merge(self) -> Report:
-        return merge.merge(
+        """The master's merge of every node's report."""
+        gathered = merge.Gathered(
             master=self.world.nodes[0].address,
             world=self.world,
-            own=self.own,
-            others=self.others,
-            lost={},
             hellos=self.hellos,
             tcp_gbps={n.name: 9.5 for n in self.world.nodes[1:]},
             port=PORT,
             entries=self.entries,
             command=["nccldoctor", "check"],
+        )
+        return merge.merge_reports(
+            [(None, Report.from_dict(d)) for d in self.documents()], gathered
         )
 
 
