@@ -3,7 +3,7 @@
 Every node's report is a copy of one real node report (tests/fixtures/reports/check-gloo-1node.json,
 a gloo check of 2 ranks) renamed to its node and its global ranks; ``hang_rank`` makes one rank
 stuck in allreduce_correctness and every other rank time out there, the heaviest verdict to merge.
-Used by tests/cluster/test_merge_scale.py and bench/scale.py.
+Used by tests/cluster/test_merge.py, tests/cluster/test_scale_units.py and bench/scale.py.
 """
 
 from __future__ import annotations

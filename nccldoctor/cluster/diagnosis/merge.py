@@ -128,9 +128,10 @@ def merge_reports(
             _read_world(section, cluster, listed, worlds)
             listed_missing += [str(n) for n in section.get("missing_nodes") or []]
     if gathered is not None:
-        for entry in sorted(gathered.entries, key=lambda e: e.slot):  # a lost node joined
-            facts = from_dict(NodeFacts, entry.facts)
-            nodes.setdefault(facts.node, facts)
+        for entry in sorted(gathered.entries, key=lambda e: e.slot):
+            if entry.facts.get("node") not in nodes:  # a node lost after it joined
+                facts = from_dict(NodeFacts, entry.facts)
+                nodes[facts.node] = facts
         wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
 
     ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))
