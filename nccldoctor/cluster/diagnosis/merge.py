@@ -28,7 +28,6 @@ from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
 _RANK_VERDICT_IDS = ("run.rank-stuck", "run.rank-failed")
-
 # Sections where rank 0's node (else the first report) speaks for the cluster.
 _FROM_RANK_ZERO = ("nccl", "mnist", "timeouts")
 
@@ -136,8 +135,10 @@ def merge_reports(
 
     ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))
     facts = list(nodes.values())
-    first = next((r for _, r in reports if any(e.get("rank") == 0 for e in _ranks(r))), None)
-    first = first or reports[0][1]
+    first = next(
+        (r for _, r in reports if any(e.get("rank") == 0 for e in _dicts(r.extra.get("ranks")))),
+        reports[0][1],
+    )
     names = (
         {n.node_rank: n.name for n in gathered.world.nodes} if gathered and gathered.world else {}
     )
@@ -270,10 +271,6 @@ def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
         area="cluster",
         node=name,
     )
-
-
-def _ranks(report: Report) -> list[dict[str, Any]]:
-    return _dicts(report.extra.get("ranks"))
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
