@@ -6,8 +6,9 @@
    size (bytes, and per node) and the machine's peak memory in use during the run.
 2. The merges of synthetic node reports (tests/cluster/synthetic.py: copies of one real node
    report, one rank stuck and every other one timed out) at 8, 64 and 512 nodes, as ratios to
-   the 8-node merge: the master's (cluster/merge.py) and `nccldoctor report`'s of node report
-   files (report/merge.py). Linear means the ratio follows the node count.
+   the 8-node merge: the master's and `nccldoctor report merge`'s of node report files (one
+   merge, cluster/diagnosis/merge.py; the master's adds the joins and wire speeds it gathered).
+   Linear means the ratio follows the node count.
 
 Not part of pass/fail. Needs root (ip netns); run it alone: flock /work/heavy.lock python
 bench/scale.py [--repeat 2]. On a 2-core box 24 processes import torch at 8 nodes: the slope
@@ -30,9 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import check  # noqa: E402  (its way of starting the check on every host)
+from nccldoctor.cluster.diagnosis.merge import merge_reports  # noqa: E402
 from nccldoctor.lab.netns import NetLab, netlab_possible  # noqa: E402
 from nccldoctor.report.load import report_from_document  # noqa: E402
-from nccldoctor.report.merge import merge_reports  # noqa: E402
 from tests.cluster.synthetic import synthetic_run  # noqa: E402
 
 SIZES = (2, 4, 8)

@@ -61,7 +61,7 @@ def show(
     verbose: Verbose = False,
 ) -> None:
     """Render a report (several: merged first). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
-    from nccldoctor.report.merge import merge_reports
+    from nccldoctor.cluster.diagnosis.merge import merge_reports
 
     loaded = _load(reports)
     result = loaded[0][1] if len(loaded) == 1 else merge_reports(loaded)
@@ -83,7 +83,7 @@ def merge(
     verbose: Verbose = False,
 ) -> None:
     """Merge per-node reports into one cluster report, naming the nodes whose report is missing."""
-    from nccldoctor.report.merge import merge_reports
+    from nccldoctor.cluster.diagnosis.merge import merge_reports
 
     _render(merge_reports(_load(reports)), output, junit, json_out, verbose)
 

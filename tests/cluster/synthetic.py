@@ -3,7 +3,7 @@
 Every node's report is a copy of one real node report (tests/fixtures/reports/check-gloo-1node.json,
 a gloo check of 2 ranks) renamed to its node and its global ranks; ``hang_rank`` makes one rank
 stuck in allreduce_correctness and every other rank time out there, the heaviest verdict to merge.
-Used by tests/cluster/test_merge_scale.py and bench/scale.py.
+Used by tests/cluster/test_merge.py, tests/cluster/test_scale_units.py and bench/scale.py.
 """
 
 from __future__ import annotations
@@ -38,17 +38,18 @@ class SyntheticRun:
         return [self.own, *(self.others[r] for r in sorted(self.others))]
 
     def merge(self) -> Report:
-        return merge.merge(
+        """The master's merge of every node's report."""
+        gathered = merge.Gathered(
             master=self.world.nodes[0].address,
             world=self.world,
-            own=self.own,
-            others=self.others,
-            lost={},
             hellos=self.hellos,
             tcp_gbps={n.name: 9.5 for n in self.world.nodes[1:]},
             port=PORT,
             entries=self.entries,
             command=["nccldoctor", "check"],
+        )
+        return merge.merge_reports(
+            [(None, Report.from_dict(d)) for d in self.documents()], gathered
         )
 
 

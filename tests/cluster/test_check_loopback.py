@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from nccldoctor.cli.app import app
 from nccldoctor.lab.start import free_port_pair, start_check
 
 pytestmark = [pytest.mark.slow]
@@ -74,3 +76,30 @@ def test_without_a_node_count_the_master_closes_the_join_window_after_a_quiet_ti
     cluster = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
     assert cluster["cluster"]["world_size"] == 2 and cluster["cluster"]["missing_nodes"] == []
     assert [r["state"] for r in cluster["ranks"]] == ["ok", "ok"]
+
+
+def test_report_merge_of_the_node_files_is_the_masters_cluster_report(tmp_path):
+    """The one merge: `nccldoctor report merge` of every node's report file judges the cluster as
+    the master did. Apart: the ``report.merged`` finding (only a merge of files says where its
+    reports came from) and ``created`` (when each was written). The headline and verdict are
+    compared too: the marker is info when no node is missing, so it changes neither."""
+    port = free_port_pair()
+    procs = [start(i, port, tmp_path / f"n{i}") for i in range(2)]
+    try:
+        for proc in procs:
+            proc.communicate(timeout=180)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    files = [str(tmp_path / f"n{i}" / f"check-n{i}.json") for i in range(2)]
+    merged = CliRunner().invoke(app, ["report", "merge", *files, "--json"])
+    master = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
+    assert merged.exit_code == master["exit_code"], merged.output
+    doc = json.loads(merged.stdout)
+    marker = doc["findings"].pop()
+    assert marker["id"] == "report.merged" and marker["severity"] == "info"
+    assert marker["evidence"] == [f"n{i}: {path}" for i, path in enumerate(files)]
+    assert {**doc, "created": None} == {**master, "created": None}
+    assert [n["report_path"] for n in master["cluster"]["nodes"]] == files

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nccldoctor.cluster.agent import gather
 from nccldoctor.cluster.agent.rendezvous import Keys, NodeEntry, gather_entries
+from nccldoctor.cluster.diagnosis.merge import merge_reports
 from nccldoctor.cluster.diagnosis.verdict import (
     VERDICT_GROUPS,
     hang_section,
@@ -19,7 +20,6 @@ from nccldoctor.cluster.diagnosis.verdict import (
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.report.answer import answer
 from nccldoctor.report.load import report_from_document
-from nccldoctor.report.merge import merge_reports
 from tests.cluster.synthetic import synthetic_run
 
 

@@ -76,13 +76,9 @@ def cluster_report(
         progress(f"gather: waiting up to {exit_barrier_s:.0f} s for {len(ranks)} node(s)")
         deadline = time.monotonic() + exit_barrier_s
         others, last_phase = rendezvous.gather_results(store, keys, ranks, deadline)
-    own_doc = own.to_dict()
-    own_doc["report_path"] = str(own_path)
-    return merge.merge(
+    gathered = merge.Gathered(
         master=config.master,
         world=world,
-        own=own_doc,
-        others=others,
         lost=last_phase,
         hellos=gate.snapshot() if gate else [],
         tcp_gbps=gate.tcp_gbps if gate else {},
@@ -90,3 +86,6 @@ def cluster_report(
         entries=entries,
         command=command,
     )
+    reports = [(str(own_path), own)]
+    reports += [(others[r].get("report_path"), Report.from_dict(others[r])) for r in sorted(others)]
+    return merge.merge_reports(reports, gathered)

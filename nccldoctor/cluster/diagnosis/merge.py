@@ -1,16 +1,24 @@
-"""The master merges every node's report into the cluster report, in one pass over the nodes.
+"""One merge of node reports into the cluster report: the master's at the exit barrier (gather)
+and `nccldoctor report merge`'s of node report files, when the master's report was lost.
 
-Node findings are kept (deduplicated); the rank verdict is recomputed over all ranks, so that one
-rank is named the cause cluster-wide; the cross-node checks run over every node's Facts; nodes
-that vanished before the exit barrier are named with the last phase they announced.
+One pass over the node reports, with dicts keyed by identity: facts united, findings deduplicated
+by (id, node, rank, title), phases and ranks united (the first report wins on a duplicate), and
+each run's world list (which every node's report repeats) read once, so linear in nodes. Then the
+cluster is judged over all of it: the rank verdict is recomputed over all ranks, so that one rank
+is named the cause cluster-wide (the nodes' own rank verdicts are dropped); the cross-node checks
+run over every node's Facts; nodes without a report are named, as lost with the last phase they
+announced when the master saw it. What only the master knows (``Gathered``: the joins, the hellos,
+the wire speeds) adds its findings; a merge without it carries the ``report.merged`` finding
+saying which nodes' reports were merged from where and whose are missing (docs/report.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from checks import run_cluster_checks
+from checks import all_checks, run_cluster_checks
 from nccldoctor.cluster.agent.listener import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
@@ -20,6 +28,22 @@ from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
 _RANK_VERDICT_IDS = ("run.rank-stuck", "run.rank-failed")
+# Sections where rank 0's node (else the first report) speaks for the cluster.
+_FROM_RANK_ZERO = ("nccl", "mnist", "timeouts")
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """What the master holds at the exit barrier besides the node reports."""
+
+    master: str
+    world: World | None
+    lost: Mapping[int, str] = field(default_factory=dict)  # node rank -> last phase announced
+    hellos: Sequence[Hello] = ()
+    tcp_gbps: Mapping[str, float] = field(default_factory=dict)
+    port: int = 0
+    entries: Sequence[NodeEntry] = ()
+    command: Sequence[str] = ()
 
 
 def cluster_section(
@@ -49,85 +73,190 @@ def cluster_section(
     }
 
 
-def merge(
-    *,
-    master: str,
-    world: World | None,
-    own: dict[str, Any],
-    others: Mapping[int, dict[str, Any]],
-    lost: Mapping[int, str],
-    hellos: Sequence[Hello],
-    tcp_gbps: Mapping[str, float],
-    port: int,
-    entries: Sequence[NodeEntry],
-    command: Sequence[str],
+def merge_reports(
+    reports: Sequence[tuple[str | None, Report]], gathered: Gathered | None = None
 ) -> Report:
-    """The cluster Report from the master's own report and the other nodes' (node rank → doc)."""
-    docs = [own, *(others[r] for r in sorted(others))]
-    names = {n.node_rank: n.name for n in world.nodes} if world else {}
-    facts = [from_dict(NodeFacts, e.facts) for e in sorted(entries, key=lambda e: e.slot)]
-    if not facts:
-        facts = [from_dict(NodeFacts, n) for doc in docs for n in doc.get("nodes", [])]
-    ranks = sorted((r for doc in docs for r in doc.get("ranks") or []), key=lambda r: r["rank"])
+    """The cluster report from ``(report path, node report)`` pairs, in the given order."""
+    if not reports:
+        raise ValueError("no reports to merge")
+    nodes: dict[str, NodeFacts] = {}
+    sources: dict[str, str | None] = {}  # node -> the report it came from
+    findings: dict[tuple, Finding] = {}
+    area_status: dict[str, str] = {}
+    phases: dict[tuple, dict] = {}
+    by_rank: dict[Any, dict] = {}
+    wire: dict[str, float] = {}
+    probes: dict[str | None, Any] = {}
+    cluster: dict[str, Any] = {}
+    listed: dict[str, dict] = {}
+    worlds: set[tuple] = set()
+    listed_missing: list[str] = []
+    hang: dict[str, Any] | None = None
+    stuck: dict[tuple, dict] = {}
+    if gathered is not None:
+        _read_world(cluster_section(gathered.master, gathered.world, {}), cluster, listed, worlds)
+        listed_missing += [str(n) for n in gathered.world.missing] if gathered.world else []
+    for source, report in reports:
+        source = source or report.extra.get("report_path")
+        for facts in report.nodes:
+            nodes.setdefault(facts.node, facts)
+            sources.setdefault(facts.node, source)
+        for finding in report.findings:
+            if finding.id != "report.merged":  # re-merging: the new note replaces the old ones
+                findings.setdefault(
+                    (finding.id, finding.node, finding.rank, finding.title), finding
+                )
+        for area, line in report.area_status.items():
+            area_status.setdefault(area, line)
+        for phase in _dicts(report.extra.get("phases")):
+            phases.setdefault((phase.get("node"), phase.get("rank"), phase.get("phase")), phase)
+        for entry in _dicts(report.extra.get("ranks")):
+            by_rank.setdefault(entry.get("rank"), entry)
+        for host, gbps in (
+            (report.extra.get("bandwidth") or {}).get("tcp_wire_gbps") or {}
+        ).items():
+            wire.setdefault(host, gbps)
+        run = report.extra.get("run") if isinstance(report.extra.get("run"), dict) else {}
+        probes.setdefault(run.get("node"), run.get("port_probe"))
+        if isinstance(report.extra.get("hang"), dict):
+            hang = hang or {k: v for k, v in report.extra["hang"].items() if k != "stuck"}
+            for entry in _dicts(report.extra["hang"].get("stuck")):
+                stuck.setdefault((entry.get("node"), entry.get("rank")), entry)
+        section = report.extra.get("cluster")
+        if isinstance(section, dict):
+            _read_world(section, cluster, listed, worlds)
+            listed_missing += [str(n) for n in section.get("missing_nodes") or []]
+    if gathered is not None:
+        for entry in sorted(gathered.entries, key=lambda e: e.slot):
+            if entry.facts.get("node") not in nodes:  # a node lost after it joined
+                facts = from_dict(NodeFacts, entry.facts)
+                nodes[facts.node] = facts
+        wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
+
+    ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))
+    facts = list(nodes.values())
+    first = next(
+        (r for _, r in reports if any(e.get("rank") == 0 for e in _dicts(r.extra.get("ranks")))),
+        reports[0][1],
+    )
+    names = (
+        {n.node_rank: n.name for n in gathered.world.nodes} if gathered and gathered.world else {}
+    )
+    lost = sorted(gathered.lost.items()) if gathered else []
     lost_sentences = [
         f"node {names.get(r, r)} (node rank {r}) stopped reporting during its {phase} phase"
-        for r, phase in sorted(lost.items())
+        for r, phase in lost
     ]
-
-    wire = {
-        k: v
-        for doc in docs
-        for k, v in (doc.get("bandwidth") or {}).get("tcp_wire_gbps", {}).items()
-    }
-    wire.update({k: round(v, 3) for k, v in tcp_gbps.items()})
-    probes = {d.get("run", {}).get("node"): d.get("run", {}).get("port_probe") for d in docs}
-    cause = causes.judge(facts, ranks, probes, wire, master=own.get("run", {}).get("node"))
-    findings = _dedupe(
-        [
-            Finding.from_dict(f)
-            for doc in docs
-            for f in doc.get("findings", [])
-            if f.get("id") not in _RANK_VERDICT_IDS
+    # The check's ranks carry their state: the verdict is then judged anew over all of them; a
+    # report whose ranks lack it (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
+    judged: list[Finding] = []
+    if all("state" in r for r in ranks):
+        findings = {k: f for k, f in findings.items() if f.id not in _RANK_VERDICT_IDS}
+        master = (first.extra.get("run") or {}).get("node")
+        cause = causes.judge(facts, ranks, probes, wire, master=master)
+        hang = verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None)
+        if ranks:
+            area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
+        judged += [
+            *(cause.findings if cause else []),
+            *verdict.rank_findings(ranks, lost_sentences),
         ]
-        + (cause.findings if cause else [])
-        + verdict.rank_findings(ranks, lost_sentences)
-        + [_lost_finding(names.get(r, str(r)), r, phase) for r, phase in sorted(lost.items())]
-        + (rendezvous_findings(world, hellos, port) if world else [])
-        + skew_findings(entries)
-        + (run_cluster_checks(facts) if len(facts) > 1 else [])
-    )
-    first = next((d for d in docs if any(r["rank"] == 0 for r in d.get("ranks") or [])), own)
-    bandwidth = dict(first.get("bandwidth") or {})
-    bandwidth["tcp_wire_gbps"] = wire
-    paths = {d.get("run", {}).get("node_rank"): d.get("report_path") for d in docs}
-    status = dict(own.get("area_status", {}))
-    status["cluster"] = (
-        f"{len(world.nodes)} node(s), world size {world.world_size}, {len(docs)} reported"
-        if world
+    elif hang is not None:
+        hang = {**hang, "stuck": list(stuck.values())}
+    judged += [
+        *(_lost_finding(names.get(r, str(r)), r, phase) for r, phase in lost),
+        *(_gathered_findings(gathered) if gathered else []),
+    ]
+    if len(facts) > 1:  # the cross-node checks are judged anew over every node's Facts
+        cross_node = {c.id for c in all_checks("cluster")}
+        findings = {k: f for k, f in findings.items() if f.id not in cross_node}
+        judged += run_cluster_checks(facts)
+    for finding in judged:
+        findings.setdefault((finding.id, finding.node, finding.rank, finding.title), finding)
+
+    missing = sorted({*listed, *listed_missing} - set(sources))
+    for name, source in sources.items():
+        entry = listed.setdefault(name, {"name": name})
+        entry["report_path"] = entry.get("report_path") or source  # a node's report lists None
+    cluster_nodes = list(listed.values())
+    cluster = {"master": None, "world_size": None, **cluster, "nodes": cluster_nodes,
+               "missing_nodes": missing}  # fmt: skip
+    area_status["cluster"] = (
+        f"{len(cluster_nodes)} node(s), world size {cluster['world_size']}, {len(reports)} reported"
+        if cluster_nodes
         else "no rendezvous"
     )
-    ok = sum(r["state"] == "ok" for r in ranks)
-    status["run"] = (
-        f"{ok}/{len(ranks)} ranks ok" if ranks else own.get("area_status", {}).get("run", "")
+    lost_names = {names.get(r, str(r)) for r, _ in lost}
+    world = gathered.world if gathered else None
+    extra: dict[str, Any] = {k: first.extra[k] for k in _FROM_RANK_ZERO if first.extra.get(k)}
+    extra.update(
+        phases=list(phases.values()),
+        ranks=ranks,
+        hang=hang,
+        cluster=cluster,
+        run={**(first.extra.get("run") or {}), "nodes_reported": len(reports)},
     )
+    if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
+        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_gbps": wire}
+    marker = [] if gathered else [merged_finding(sources, missing)]
     return Report(
-        kind="check",
+        kind=first.kind,
         nodes=facts,
-        findings=findings,
-        command=list(command),
-        completed=bool(own.get("completed")) and bool(world) and not world.abort,
-        area_status=status,
-        extra={
-            "phases": [p for doc in docs for p in doc.get("phases") or []],
-            "bandwidth": bandwidth,
-            "ranks": ranks,
-            "hang": verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None),
-            "mnist": first.get("mnist"),
-            "cluster": cluster_section(master, world, paths),
-            "timeouts": own.get("timeouts"),
-            "run": {**(own.get("run") or {}), "nodes_reported": 1 + len(others)},
-        },
+        findings=[*findings.values(), *marker],
+        command=list(gathered.command) if gathered else first.command,
+        completed=all(r.completed for _, r in reports)
+        and not set(missing) - lost_names  # a lost node is judged; a missing one is not
+        and (gathered is None or (world is not None and not world.abort)),
+        area_status=area_status,
+        extra=extra,
     )
+
+
+def merged_finding(sources: Mapping[str, str | None], missing: Sequence[str]) -> Finding:
+    """Which nodes' reports were merged (and from where) and whose reports are missing."""
+    title = f"cluster report merged from the reports of {len(sources)} node"
+    title += "s" if len(sources) != 1 else ""
+    title += f" ({', '.join(sources)})"
+    if missing:
+        title += f"; no report from {', '.join(missing)}"
+    return Finding(
+        id="report.merged",
+        category="other",
+        severity=Severity.WARN if missing else Severity.INFO,
+        title=title,
+        evidence=[f"{node}: {source}" for node, source in sources.items()]
+        + [f"{node}: missing" for node in missing],
+        fix=(
+            "Every node writes its own report; copy the missing nodes' report files here and run\n"
+            "nccldoctor report merge <every node's report.json> -o report.html"
+        )
+        if missing
+        else "",
+        area="run",
+    )
+
+
+def _read_world(
+    section: dict[str, Any], cluster: dict[str, Any], listed: dict[str, dict], worlds: set[tuple]
+) -> None:
+    """Adds one ``cluster`` section's world to ``listed``, unless an identical one was read."""
+    for key in ("master", "world_size", "backend"):
+        if section.get(key) is not None:
+            cluster.setdefault(key, section[key])
+    entries = section.get("nodes") if isinstance(section.get("nodes"), list) else []
+    world = (section.get("master"), section.get("world_size"), len(entries), str(entries[:1]),
+             str(entries[-1:]))  # fmt: skip
+    if world not in worlds:  # every node of a run lists the whole world: read it once
+        worlds.add(world)
+        for entry in _dicts(entries):
+            listed.setdefault(str(entry.get("name")), dict(entry))
+
+
+def _gathered_findings(gathered: Gathered) -> list[Finding]:
+    """The master's own findings: who joined how (rendezvous) and the clocks' skew."""
+    world = gathered.world
+    joined = rendezvous_findings(world, gathered.hellos, gathered.port) if world else []
+    return [*joined, *skew_findings(gathered.entries)]
 
 
 def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
@@ -144,11 +273,5 @@ def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
     )
 
 
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen, kept = set(), []
-    for f in findings:
-        key = (f.id, f.node, f.rank, f.title)
-        if key not in seen:
-            seen.add(key)
-            kept.append(f)
-    return kept
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
