@@ -16,6 +16,7 @@ from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.run import ReachResult
 from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
@@ -179,8 +180,8 @@ def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report(
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, reach={"addresses": ["127.0.0.1"]},
-                  phases=[{"phase": "workers", "rank": None}], ranks=[])  # fmt: skip
+    run = NodeRun("node1", world=world, phases=[{"phase": "workers", "rank": None}], ranks=[])
+    run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port)) is True
     assert [f.id for f in run.findings] == ["run.master-lost"]
     assert run.findings[0].node == "head" and "during node node1's workers phase" in (

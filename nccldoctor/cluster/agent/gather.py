@@ -40,7 +40,8 @@ def master_lost(run: NodeRun, config: CheckConfig) -> bool:
     died (or its network did): say so in this node's report, the one that remains."""
     if run.world is None:
         return False
-    address = ((run.reach or {}).get("addresses") or [config.master])[0]
+    reach = run.observed.reach
+    address = (reach.addresses if reach and reach.addresses else [config.master])[0]
     error = still_listening(address, config.port)
     if error is None:
         return False
