@@ -176,3 +176,32 @@ def ephemeral_port_blocked(seen: RunObserved) -> Problem | None:
         f"# or only the ephemeral range: iptables -I INPUT -p tcp -s {subnet} --dport {span} "
         "-j ACCEPT",
     )
+
+
+@check("run.master-lost", area="cluster", category="remote_peer_closed", scope="run")
+def master_lost(seen: RunObserved) -> Problem | None:
+    """A node outlived the master: its store stopped answering after rendezvous. The ranks here
+    that lost a peer at the master's address are the evidence that it died, not this node."""
+    lost = seen.master_lost
+    if lost is None:
+        return None
+    peers = [
+        f"rank {rank}: {_last_line(error)}"
+        for rank, error in lost.rank_errors.items()
+        if lost.address in error
+    ]
+    return Problem(
+        Severity.FAIL,
+        f"the master {lost.master} ({lost.address}) was lost during node {seen.node}'s "
+        f"{lost.phase} phase: its store no longer answers and this node's result never reached it",
+        [f"store: {lost.error}", *peers],
+        f"Check the master {lost.master}: its kernel log (dmesg: OOM killer), whether it "
+        "rebooted, the link to it. Every surviving node wrote its own report; combine them with\n"
+        "nccldoctor report merge check-<node>.json... -o report.html",
+        node=lost.master,
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""

@@ -67,6 +67,17 @@ class PortProbe:
 
 
 @dataclass
+class MasterLost:
+    """The master's store stopped answering after rendezvous, seen just before the hand-over."""
+
+    master: str  # the master's node name
+    address: str
+    error: str  # the store's connect error
+    phase: str  # this node's phase when it was lost
+    rank_errors: dict[int, str] = field(default_factory=dict)  # each local rank's error
+
+
+@dataclass
 class RunObserved:
     """One node's observations of its run, for the ``run`` rules."""
 
@@ -80,3 +91,4 @@ class RunObserved:
     listen_error: str | None = None  # the master's store or listener could not bind its port
     late_for: list[str] | None = None  # the world's nodes, when it closed before this one came
     crash: str | None = None  # "ExcType: message" of an internal error of the agent
+    master_lost: MasterLost | None = None

@@ -8,43 +8,13 @@ is judged here. Each function is pure: observations in, findings out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from nccldoctor.cluster.agent.listener import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.model import Finding, Severity
 
 SKEW_WARN_S = 5.0
-
-
-def master_lost_findings(
-    node: str, master: str, address: str, port: int, error: str, phase: str,
-    ranks: Sequence[Mapping],
-) -> list[Finding]:  # fmt: skip
-    """A node outlived the master: its store stopped answering after rendezvous. The ranks here
-    that lost a peer at the master's address are the evidence that it died, not this node."""
-    peers = [f"rank {r['rank']}: {_last_line(r.get('error'))}" for r in ranks
-             if address in (r.get("error") or "")]  # fmt: skip
-    return [
-        Finding(
-            "run.master-lost",
-            "remote_peer_closed",
-            Severity.FAIL,
-            f"the master {master} ({address}) was lost during node {node}'s {phase} phase: its "
-            "store no longer answers and this node's result never reached it",
-            [f"store: {error}", *peers],
-            f"Check the master {master}: its kernel log (dmesg: OOM killer), whether it rebooted, "
-            "the link to it. Every surviving node wrote its own report; combine them with\n"
-            "nccldoctor report merge check-<node>.json... -o report.html",
-            area="cluster",
-            node=master,
-        )
-    ]
-
-
-def _last_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
 
 
 def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> list[Finding]:
