@@ -1,8 +1,7 @@
-"""Findings about the run's own observations before the workers: reach, gate, rendezvous.
+"""The master's findings about the rendezvous (refused nodes, nodes that never joined, missing
+nodes, clock skew) and the relaxing of GPU findings on a gloo run.
 
-Node facts are judged by ``checks/`` (node and cluster scope); what only the run can see — a
-connect that timed out, the address the master saw, a refused token, a node that never came —
-is judged here. Each function is pure: observations in, findings out.
+What one node observed of its run is judged by the ``run`` rules of ``checks/run.py``.
 """
 
 from __future__ import annotations
