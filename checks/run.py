@@ -205,3 +205,13 @@ def master_lost(seen: RunObserved) -> Problem | None:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""
+
+
+@check("run.incomplete", area="run", category="other", scope="run")
+def incomplete(seen: RunObserved) -> Problem | None:
+    """The run stopped before its end (the report keeps it only where no other finding fails)."""
+    if seen.aborted is None:
+        return None
+    return Problem(
+        Severity.FAIL, f"the run stopped: {seen.aborted}", [], "See the phases of this report."
+    )

@@ -92,3 +92,4 @@ class RunObserved:
     late_for: list[str] | None = None  # the world's nodes, when it closed before this one came
     crash: str | None = None  # "ExcType: message" of an internal error of the agent
     master_lost: MasterLost | None = None
+    aborted: str | None = None  # why the run stopped before its end

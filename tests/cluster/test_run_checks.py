@@ -52,3 +52,9 @@ def test_the_hello_refused_or_unanswered():
     # the store port did not answer either: that failure is reach's alone
     unanswered = ReachResult("m", ["198.18.0.1"], attempts=3, timed_out=3, error="timed out")
     assert [i for i, *_ in judged(hello=silent, reach=unanswered)] == ["run.master-port-blocked"]
+
+
+def test_a_run_that_stopped():
+    assert judged(aborted="rendezvous: timed out") == [
+        ("run.incomplete", Severity.FAIL, "the run stopped: rendezvous: timed out")
+    ]

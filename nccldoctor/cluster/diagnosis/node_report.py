@@ -60,6 +60,9 @@ RUN_MEASURED = (
 )
 
 
+RUN_STOPPED = "run.incomplete"
+
+
 def build_node_report(
     run: NodeRun, config: CheckConfig, command: Sequence[str], elapsed_s: float
 ) -> Report:
@@ -67,27 +70,18 @@ def build_node_report(
     findings = [f for f in run.findings if f.id not in RUN_MEASURED] + (
         run_node_checks(run.facts, only=RUN_MEASURED) if run.facts else []
     )
-    run.observed.network = run.facts.network if run.facts else None
-    findings += run_checks("run", run.observed, node=run.node)
     backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
     if backend == "gloo":
         findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
     findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
-    if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
-        findings.append(
-            Finding(
-                "run.incomplete",
-                "other",
-                Severity.FAIL,
-                f"the run stopped: {run.aborted}",
-                [],
-                "See the phases of this report.",
-                area="run",
-                node=run.node,
-            )
-        )
+    run.observed.network = run.facts.network if run.facts else None
+    run.observed.aborted = run.aborted
+    findings += run_checks("run", run.observed, node=run.node)
+    # run.incomplete is the fallback: it stands only where no other finding says why it stopped
+    if any(f.severity is Severity.FAIL and f.id != RUN_STOPPED for f in findings):
+        findings = [f for f in findings if f.id != RUN_STOPPED]
     # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
     observed = run.observed
     port_probe = dataclasses.asdict(observed.port_probe) if observed.port_probe else None
