@@ -6,6 +6,7 @@ import sys
 
 from typer.testing import CliRunner
 
+from checks import all_checks
 from nccldoctor import __version__
 from nccldoctor.cli.app import app
 
@@ -35,6 +36,14 @@ def test_preflight_json_on_this_machine():
     assert doc["kind"] == "preflight"
     assert doc["schema_version"] >= 1
     assert doc["exit_code"] == result.exit_code
+
+
+def test_list_checks_lists_every_registered_check_with_its_scope():
+    result = runner.invoke(app, ["preflight", "--list-checks"])
+    assert result.exit_code == 0
+    listed = {tuple(line.split()[:2]) for line in result.stdout.splitlines()}
+    assert listed == {(c.id, c.scope) for c in all_checks()}
+    assert {"node", "cluster", "run", "logs", "job"} <= {scope for _, scope in listed}
 
 
 def test_unknown_check_is_a_usage_error():

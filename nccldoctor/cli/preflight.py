@@ -32,15 +32,17 @@ def preflight(
     check: Annotated[
         list[str] | None, typer.Option("--check", help="Run only this check id (repeatable).")
     ] = None,
-    list_checks: Annotated[bool, typer.Option("--list-checks", help="List the checks.")] = False,
+    list_checks: Annotated[
+        bool, typer.Option("--list-checks", help="List every registered check, with its scope.")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
     """Check this node for everything that breaks NCCL. Exit 0 healthy, 1 problems, 2 usage."""
-    known = all_checks("node")
     if list_checks:
-        for c in known:
-            stdout.print(f"{c.id:36} {c.category:28} {c.doc}")
+        for c in all_checks():
+            stdout.print(f"{c.id:36} {c.scope:8} {c.category:28} {c.doc}", highlight=False)
         raise typer.Exit(0)
+    known = all_checks("node")
     unknown = sorted(set(check or ()) - {c.id for c in known})
     if unknown:
         raise abort(f"no check available by the name {', '.join(unknown)} (see --list-checks)")

@@ -120,18 +120,43 @@ def _note(note: str) -> list[str]:
     return ["## What goes wrong", "", link_refs(note), ""] if note else []
 
 
+# Where a check of each scope runs, and the command that runs it ({id}: the check's id).
+_WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
+    "node": (
+        "on every node (`nccldoctor preflight`, and inside `nccldoctor check`)",
+        "nccldoctor preflight --check {id}",
+    ),
+    "cluster": (
+        "on the master, over the facts of every node (`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N",
+    ),
+    "run": (
+        "on every node of a cluster run, over what its phases observed (`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N",
+    ),
+    "ranks": (
+        "over how the ranks of a cluster run ended (`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N",
+    ),
+    "logs": (
+        "over the summary of NCCL logs (`nccldoctor explain`, and inside `nccldoctor check`)",
+        "nccldoctor explain LOG...",
+    ),
+    "job": (
+        "over what `nccldoctor watch` saw of your own job",
+        "nccldoctor watch -- CMD...",
+    ),
+}
+
+
 def render_check_page(
     check: Any, refs: Mapping[str, CategoryRef], signatures: Sequence[Any] = (), note: str = ""
 ) -> str:
     """The page of one registered check (a ``checks.Check``); ``signatures`` of its category."""
     area_title = AREA_TITLES.get(check.area, check.area)
     ref = refs[check.category]
-    if check.scope == "cluster":
-        runs = "on the master, over the facts of every node (`nccldoctor check`)"
-        command = "nccldoctor check --master ADDR --nodes N"
-    else:
-        runs = "on every node (`nccldoctor preflight`, and inside `nccldoctor check`)"
-        command = f"nccldoctor preflight --check {check.id}"
+    runs, command = _WHERE_A_SCOPE_RUNS[check.scope]
+    command = command.format(id=check.id)
     module = check.func.__module__.replace(".", "/")
     parts = _header(check.id, f"[{area_title}](README.md#area-{check.area})")
     parts += [f"**{_cell(check.doc) or 'No description yet.'}**", ""]

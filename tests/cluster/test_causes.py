@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 
+from checks import run_checks
 from nccldoctor.cluster.agent import listener
 from nccldoctor.cluster.diagnosis import causes
-from nccldoctor.cluster.diagnosis.findings import port_findings
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.run import PortProbe, RunObserved
 from tests.ports import free_port
 
 
@@ -72,6 +73,11 @@ def probe(to_ok=True, from_ok=True):
     from_error = "" if from_ok else "timed out"
     return listener.PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
                           from_error, 3.0)  # fmt: skip
+
+
+def port_findings(probe: PortProbe, node: str, facts: NodeFacts | None) -> list:
+    observed = RunObserved(node, 29400, network=facts.network if facts else None, port_probe=probe)
+    return run_checks("run", observed, node=node)
 
 
 def test_port_findings_name_the_blocking_side_the_range_and_the_rule():

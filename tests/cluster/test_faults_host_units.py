@@ -6,16 +6,16 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from checks import get_check
+from checks import get_check, run_checks
 from nccldoctor.cluster.agent.gather import master_lost
 from nccldoctor.cluster.agent.reach import locate, still_listening
 from nccldoctor.cluster.agent.rendezvous import World, WorldNode
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.findings import master_lost_findings
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.run import MasterLost, ReachResult, RunObserved
 from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
@@ -148,9 +148,9 @@ def test_a_rank_that_failed_on_its_own_stays_the_cause_beside_a_lost_node():
 
 def test_master_lost_names_the_master_and_the_ranks_that_lost_it():
     ranks = [rank(1, CLOSED), rank(2, "ddp: other peer [198.18.5.3]:1")]
-    (f,) = master_lost_findings("node1", "node0", "198.18.5.1", 29400,
-                                "connect to 198.18.5.1:29400: Connection refused", "workers",
-                                ranks)  # fmt: skip
+    lost = MasterLost("node0", "198.18.5.1", "connect to 198.18.5.1:29400: Connection refused",
+                      "workers", {r["rank"]: r["error"] for r in ranks})  # fmt: skip
+    (f,) = run_checks("run", RunObserved("node1", 29400, master_lost=lost), node="node1")
     assert (f.id, f.category, f.severity, f.node) == (
         "run.master-lost", "remote_peer_closed", Severity.FAIL, "node0"
     )  # fmt: skip
@@ -179,12 +179,11 @@ def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report(
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, reach={"addresses": ["127.0.0.1"]},
-                  phases=[{"phase": "workers", "rank": None}], ranks=[])  # fmt: skip
+    run = NodeRun("node1", world=world, phases=[{"phase": "workers", "rank": None}], ranks=[])
+    run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port)) is True
-    assert [f.id for f in run.findings] == ["run.master-lost"]
-    assert run.findings[0].node == "head" and "during node node1's workers phase" in (
-        run.findings[0].title
-    )
+    (f,) = run_checks("run", run.observed, node=run.node)
+    assert f.id == "run.master-lost"
+    assert f.node == "head" and "during node node1's workers phase" in f.title
     assert run.lost == ["the master head (node rank 0) was lost during the workers phase"]
     assert master_lost(NodeRun("n"), CheckConfig("head-name", port=port)) is False  # no world

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from checks import get_check
+from checks import get_check, run_checks
 from nccldoctor.cluster.agent import listener, tcpprobe
 from nccldoctor.cluster.agent.reach import connect, locate
-from nccldoctor.cluster.diagnosis.findings import reach_findings
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.run import ReachResult, RunObserved
 from nccldoctor.meet import is_local
 from nccldoctor.probes.network import probe as network_probe
 from tests.ports import free_port
@@ -96,6 +96,10 @@ def test_hello_to_nobody_ends_at_its_deadline():
     reply = listener.say_hello("127.0.0.1", free_port(), "b", "", None, start + 1.5)
     assert not reply.ok and not reply.refused and "Connection refused" in reply.error
     assert time.monotonic() - start < 3
+
+
+def reach_findings(result: ReachResult, port: int, node: str) -> list:
+    return run_checks("run", RunObserved(node, port, reach=result), node=node)
 
 
 def test_reach_a_listening_port():

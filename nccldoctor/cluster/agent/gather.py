@@ -15,8 +15,8 @@ from nccldoctor.cluster.agent.listener import MasterListener
 from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
-from nccldoctor.cluster.diagnosis.findings import master_lost_findings
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.facts.run import MasterLost
 from nccldoctor.report import Report
 from nccldoctor.report.document import with_summaries
 
@@ -40,15 +40,15 @@ def master_lost(run: NodeRun, config: CheckConfig) -> bool:
     died (or its network did): say so in this node's report, the one that remains."""
     if run.world is None:
         return False
-    address = ((run.reach or {}).get("addresses") or [config.master])[0]
+    reach = run.observed.reach
+    address = (reach.addresses if reach and reach.addresses else [config.master])[0]
     error = still_listening(address, config.port)
     if error is None:
         return False
     master = next((n.name for n in run.world.nodes if n.node_rank == 0), config.master)
     phase = next((p["phase"] for p in reversed(run.phases) if p["rank"] is None), "?")
-    run.findings += master_lost_findings(
-        run.node, master, address, config.port, error, phase, run.ranks
-    )
+    errors = {r["rank"]: r.get("error") or "" for r in run.ranks}
+    run.observed.master_lost = MasterLost(master, address, error, phase, errors)
     run.lost.append(f"the master {master} (node rank 0) was lost during the {phase} phase")
     return True
 

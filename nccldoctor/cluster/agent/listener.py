@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from nccldoctor.cluster.agent import tcpprobe
 from nccldoctor.cluster.agent.reach import connect_once
+from nccldoctor.facts.run import HelloReply, PortProbe
 
 _IO_TIMEOUT = 5.0
 
@@ -38,31 +39,6 @@ class Hello:
     accepted: bool
     reason: str = ""  # why it was refused
     t: float = 0.0
-
-
-@dataclass
-class HelloReply:
-    ok: bool
-    run_id: str = ""
-    seen: str = ""
-    skew_s: float = 0.0  # master clock minus this node's clock, halfway through the exchange
-    rtt_s: float = 0.0
-    error: str = ""
-    refused: bool = False  # the master answered and said no: retrying will not help
-    probe_port: int = 0  # the master's listener on an ephemeral port (0: none)
-
-
-@dataclass
-class PortProbe:
-    """Connections to ephemeral ports, each way, as gloo and NCCL open them after the rendezvous."""
-
-    to_master: str  # "address:port" this node dialled
-    to_master_ok: bool
-    to_master_error: str
-    from_master: str  # "address:port" the master dialled back
-    from_master_ok: bool | None  # None: the master could not be asked
-    from_master_error: str
-    timeout_s: float
 
 
 class MasterListener:

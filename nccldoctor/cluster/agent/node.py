@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendez
 from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import results
-from nccldoctor.cluster.diagnosis.findings import hello_findings, port_findings, reach_findings
 from nccldoctor.cluster.diagnosis.node_report import (
     NodeRun,
     bootstrap_interface,
@@ -35,7 +33,6 @@ from nccldoctor.cluster.diagnosis.node_report import (
 )
 from nccldoctor.facts import to_dict
 from nccldoctor.meet import is_local
-from nccldoctor.model import Finding, Severity
 from nccldoctor.preflight import run_preflight
 from nccldoctor.probes.libnccl import bootstrap_probe
 from nccldoctor.report import Report, write_report
@@ -63,13 +60,12 @@ class NodeAgent:
         self.env = dict(env)
         self.command = list(command)
         self.progress = progress or (lambda message: None)
-        self.run = NodeRun(config.node_name)
+        self.run = NodeRun(config.node_name, port=config.port)
         self.store: Any = None
         self.keys: rendezvous.Keys | None = None
         self.gate: listener.MasterListener | None = None
         self.launched: list[launcher.Launched] = []
         self.entries: list[rendezvous.NodeEntry] = []
-        self._hello_found: list[Finding] = []
         self._background = concurrent.futures.ThreadPoolExecutor(2, "nccldoctor-agent")
         self._bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
         self._torch_loaded = threading.Event()
@@ -90,19 +86,8 @@ class NodeAgent:
         except PhaseFailed as exc:
             self.run.aborted = str(exc)
         except Exception as exc:  # a bug must still leave a report behind
-            self.run.aborted = f"internal error: {type(exc).__name__}: {exc}"
-            self.run.findings.append(
-                Finding(
-                    "run.crashed",
-                    "other",
-                    Severity.FAIL,
-                    f"nccldoctor itself failed: {type(exc).__name__}: {exc}",
-                    [],
-                    "This is a bug in nccldoctor; please report it with this report attached.",
-                    area="run",
-                    node=self.run.node,
-                )
-            )
+            self.run.observed.crash = f"{type(exc).__name__}: {exc}"
+            self.run.aborted = f"internal error: {self.run.observed.crash}"
         self._stopping = True
         try:
             monitor.stop(self.launched)
@@ -167,10 +152,6 @@ class NodeAgent:
             row["duration_s"] = round(row["ended"] - row["started"], 3)
             self.progress(f"{name} {row['status']} ({row['duration_s']:.1f} s) {row['detail']}")
 
-    def _fail(self, findings: list[Finding], message: str) -> None:
-        self.run.findings.extend(findings)
-        raise PhaseFailed(message)
-
     # -- phases --------------------------------------------------------------------------------
     def _preflight(self) -> None:
         with self.phase("preflight"):
@@ -205,11 +186,9 @@ class NodeAgent:
         with self.phase("reach") as row:
             deadline = time.monotonic() + t.reach
             result = locate(run.facts.network)
-            run.reach = asdict(result)
+            run.observed.reach = result
             if result.resolve_error:
-                self._fail(
-                    reach_findings(result, c.port, run.node), f"reach: {result.resolve_error}"
-                )
+                raise PhaseFailed(f"reach: {result.resolve_error}")
             address = result.addresses[0]
             run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
             row["detail"] = f"{result.interface} → {address}:{c.port}"
@@ -218,13 +197,12 @@ class NodeAgent:
             else:  # hello first: the master learns of this node even when its store port is blocked
                 self._hello(result, deadline)
             connect(result, c.port, max(deadline, time.monotonic() + 3))
-            run.reach = asdict(result)
             if not result.connected:
                 if not run.is_master:
                     listener.send_note(address, c.gate_port, run.node, c.token, str(result.error))
-                self._fail(reach_findings(result, c.port, run.node), f"reach: {result.error}")
+                raise PhaseFailed(f"reach: {result.error}")
             if run.hello and not run.hello["ok"]:
-                self._fail(self._hello_found, f"reach: {run.hello['error']}")
+                raise PhaseFailed(f"reach: {run.hello['error']}")
 
     def _hello(self, result: ReachResult, deadline: float) -> None:
         c, run = self.config, self.run
@@ -241,11 +219,10 @@ class NodeAgent:
         }
         # what the master saw: master.nat-bridge compares it with the route's source
         run.facts.network.seen_by_master = reply.seen or None
-        self._hello_found = hello_findings(reply, run.node, f"{address}:{c.gate_port}")
+        run.observed.hello, run.observed.gate = reply, f"{address}:{c.gate_port}"
         if reply.refused:
-            self._fail(self._hello_found, f"reach: {reply.error}")
+            raise PhaseFailed(f"reach: {reply.error}")
         if reply.ok:
-            run.findings.extend(self._hello_found)
             run.run_id = reply.run_id
 
     def _host(self) -> None:
@@ -257,21 +234,8 @@ class NodeAgent:
             self.store = rendezvous.host_store(c.port, budget)
             self.gate = listener.MasterListener(c.gate_port, c.token, self.run.run_id)
         except Exception as exc:
-            self._fail(
-                [
-                    Finding(
-                        "run.port-in-use",
-                        "firewall_or_port",
-                        Severity.FAIL,
-                        f"the master cannot listen on port {c.port} or {c.gate_port}: {exc}",
-                        [str(exc)],
-                        f"Pick a free port with --port (ss -ltnp | grep {c.port} shows the owner).",
-                        area="network",
-                        node=self.run.node,
-                    )
-                ],
-                f"reach: {exc}",
-            )
+            self.run.observed.listen_error = str(exc)
+            raise PhaseFailed(f"reach: {exc}") from exc
 
     def _rendezvous(self) -> None:
         c, t, run = self.config, self.config.timeouts, self.run
@@ -310,21 +274,8 @@ class NodeAgent:
             if world.abort:
                 raise PhaseFailed(f"rendezvous: {world.abort}")
             if me is None:
-                self._fail(
-                    [
-                        Finding(
-                            "run.node-late",
-                            "connect_refused_or_timeout",
-                            Severity.FAIL,
-                            f"node {run.node} arrived after the master closed the join window",
-                            [f"world: {', '.join(n.name for n in world.nodes)}"],
-                            "Start every node within the rendezvous timeout, or pass --nodes.",
-                            area="cluster",
-                            node=run.node,
-                        )
-                    ],
-                    "rendezvous: arrived too late",
-                )
+                run.observed.late_for = [n.name for n in world.nodes]
+                raise PhaseFailed("rendezvous: arrived too late")
 
     def _bootstrap(self) -> None:
         """NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed; started right
@@ -363,7 +314,7 @@ class NodeAgent:
             probers = len(run.world.nodes) - 1 if run.world else 1
             seconds = c.timeouts.tcp_turn(probers)
             deadline = time.monotonic() + probers * (seconds + 6)
-            address = run.reach["addresses"][0]
+            address = run.observed.reach.addresses[0]
             gbps, error = listener.measure_tcp(
                 address, c.gate_port, run.node, c.token, seconds, deadline
             )
@@ -380,13 +331,13 @@ class NodeAgent:
             if run.is_master or not probe_port:
                 row["status"], row["detail"] = "skipped", "the master listens"
                 return
-            probe = listener.probe_ports(run.reach["addresses"][0], c.gate_port, probe_port, run.node,
-                                     c.token, c.timeouts.port_probe)  # fmt: skip
-            run.port_probe = asdict(probe)
-            found = port_findings(probe, run.node, run.facts)
-            run.findings.extend(found)
-            row["detail"] = found[0].title if found else f"{probe.to_master} and back: ok"
-            row["status"] = "fail" if found else "ok"
+            probe = listener.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
+                                         run.node, c.token, c.timeouts.port_probe)  # fmt: skip
+            run.observed.port_probe = probe
+            if probe.blocked:
+                row["status"], row["detail"] = "fail", f"{probe.to_master} or back: dropped"
+            else:
+                row["detail"] = f"{probe.to_master} and back: ok"
 
     def _workers(self) -> None:
         c, run, world = self.config, self.run, self.run.world
@@ -402,7 +353,7 @@ class NodeAgent:
                 rank_offset=me.rank_offset,
                 local_world=me.procs,
                 world_size=world.world_size,
-                interface=(run.reach or {}).get("interface"),
+                interface=run.observed.reach.interface if run.observed.reach else None,
                 timeouts=c.timeouts,
                 mnist_root=c.mnist_root,
                 out=self.node_dir,

@@ -9,35 +9,11 @@ until a monotonic deadline and no further.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 import time
-from dataclasses import dataclass, field
 
 from nccldoctor.facts.network import NetworkFacts
-
-
-@dataclass
-class ReachResult:
-    master: str
-    addresses: list[str] = field(default_factory=list)
-    resolve_error: str | None = None
-    hosts_lines: list[str] = field(default_factory=list)  # /etc/hosts lines naming the master
-    interface: str | None = None  # the kernel's route to the master goes out here
-    source: str | None = None  # with this source address: what this node advertises
-    connected: bool = False
-    attempts: int = 0
-    error: str | None = None  # the last connect error
-    refused: int = 0  # attempts answered with RST: the host is there, nobody listens (yet)
-    timed_out: int = 0  # attempts that got no answer at all: a firewall dropping, or no route
-    elapsed_s: float = 0.0
-
-    @property
-    def loopback(self) -> bool:
-        """The master resolved, and only to loopback addresses (127.0.1.1, ::1)."""
-        return bool(self.addresses) and all(
-            ipaddress.ip_address(a.split("%")[0]).is_loopback for a in self.addresses
-        )
+from nccldoctor.facts.run import ReachResult
 
 
 def locate(network: NetworkFacts) -> ReachResult:

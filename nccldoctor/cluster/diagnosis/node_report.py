@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks import run_node_checks
+from checks import run_checks, run_node_checks
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
 from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NetworkFacts, NodeFacts
+from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
@@ -28,13 +29,11 @@ class NodeRun:
     phases: list[dict[str, Any]] = field(default_factory=list)
     is_master: bool = False
     run_id: str = ""
-    reach: dict[str, Any] | None = None
     hello: dict[str, Any] | None = None
     world: rendezvous.World | None = None
     node_rank: int | None = None
     bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
-    port_probe: dict[str, Any] | None = None  # gate.PortProbe, as a dict
     ranks: list[dict[str, Any]] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
     worker_results: dict[int, dict] = field(default_factory=dict)
@@ -42,6 +41,12 @@ class NodeRun:
     cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
     aborted: str | None = None
     lost: list[str] = field(default_factory=list)  # sentences: nodes this one outlived
+    port: int = 0  # the store's port (--port)
+    # reach, the hello's reply, the port probe ...: what the run rules judge
+    observed: RunObserved = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.observed = RunObserved(self.node, self.port)
 
 
 # Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
@@ -53,6 +58,9 @@ RUN_MEASURED = (
     "socket.ifname-not-routed",
     "socket.pick-virtual",
 )
+
+
+RUN_STOPPED = "run.incomplete"
 
 
 def build_node_report(
@@ -68,23 +76,16 @@ def build_node_report(
     findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
-    if run.aborted and not any(f.severity is Severity.FAIL for f in findings):
-        findings.append(
-            Finding(
-                "run.incomplete",
-                "other",
-                Severity.FAIL,
-                f"the run stopped: {run.aborted}",
-                [],
-                "See the phases of this report.",
-                area="run",
-                node=run.node,
-            )
-        )
+    run.observed.network = run.facts.network if run.facts else None
+    run.observed.aborted = run.aborted
+    findings += run_checks("run", run.observed, node=run.node)
+    # run.incomplete is the fallback: it stands only where no other finding says why it stopped
+    if any(f.severity is Severity.FAIL and f.id != RUN_STOPPED for f in findings):
+        findings = [f for f in findings if f.id != RUN_STOPPED]
     # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
-    cause = causes.judge(
-        [run.facts] if run.facts else [], run.ranks, {run.node: run.port_probe}, {}
-    )
+    observed = run.observed
+    port_probe = dataclasses.asdict(observed.port_probe) if observed.port_probe else None
+    cause = causes.judge([run.facts] if run.facts else [], run.ranks, {run.node: port_probe}, {})
     world = run.world
     status = dict(run.area_status)
     status["run"] = _run_status(run)
@@ -118,10 +119,10 @@ def build_node_report(
                 "master": run.is_master,
                 "launcher": config.launcher,
                 "aborted": run.aborted,
-                "reach": run.reach,
+                "reach": dataclasses.asdict(observed.reach) if observed.reach else None,
                 "hello": run.hello,
                 "bootstrap": run.bootstrap,
-                "port_probe": run.port_probe,
+                "port_probe": port_probe,
                 "elapsed_s": round(elapsed_s, 3),
             },
         },
