@@ -28,6 +28,18 @@ def start(
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def wait_all(procs: list[subprocess.Popen], timeout_s: float = 180) -> None:
+    """Every node's run to its end; one still going after ``timeout_s`` is killed."""
+    try:
+        for proc in procs:
+            proc.communicate(timeout=timeout_s)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+
+
 def test_ctrl_c_on_a_node_still_writes_every_report(tmp_path):
     port = free_port_pair()
     master = start(0, port, tmp_path / "n0")
@@ -64,14 +76,7 @@ def test_without_a_node_count_the_master_closes_the_join_window_after_a_quiet_ti
     port = free_port_pair()
     settle = ["--phase-timeout", "settle=3"]
     procs = [start(i, port, tmp_path / f"n{i}", nodes=settle) for i in range(2)]
-    try:
-        for proc in procs:
-            proc.communicate(timeout=180)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+    wait_all(procs)
     assert [p.returncode for p in procs] in ([0, 0], [1, 1])
     cluster = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
     assert cluster["cluster"]["world_size"] == 2 and cluster["cluster"]["missing_nodes"] == []
@@ -85,14 +90,7 @@ def test_report_merge_of_the_node_files_is_the_masters_cluster_report(tmp_path):
     compared too: the marker is info when no node is missing, so it changes neither."""
     port = free_port_pair()
     procs = [start(i, port, tmp_path / f"n{i}") for i in range(2)]
-    try:
-        for proc in procs:
-            proc.communicate(timeout=180)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+    wait_all(procs)
     files = [str(tmp_path / f"n{i}" / f"check-n{i}.json") for i in range(2)]
     merged = CliRunner().invoke(app, ["report", "merge", *files, "--json"])
     master = json.loads((tmp_path / "n0" / "check-cluster.json").read_text())
