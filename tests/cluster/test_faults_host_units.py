@@ -20,6 +20,7 @@ from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
 from nccldoctor.probes import collect_node_facts
 from nccldoctor.probes.network import probe as network_probe
+from tests.ports import free_port
 
 INTERFACES = {"lo": ["127.0.0.1"], "eth0": ["198.18.5.1"]}
 DEBIAN_LINE = "127.0.1.1 trainer-01"
@@ -187,3 +188,19 @@ def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report(
     assert f.node == "head" and "during node node1's workers phase" in f.title
     assert run.lost == ["the master head (node rank 0) was lost during the workers phase"]
     assert master_lost(NodeRun("n"), CheckConfig("head-name", port=port)) is False  # no world
+
+
+def test_a_master_whose_store_answers_is_not_lost():
+    from nccldoctor.meet import connect_store, host_store
+
+    port = free_port()
+    server = host_store(port, 10.0)
+    client = connect_store("127.0.0.1", port, 10.0)
+    world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
+                                WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
+                  expected=2)  # fmt: skip
+    run = NodeRun("node1", world=world, phases=[{"phase": "workers", "rank": None}], ranks=[])
+    run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
+    assert master_lost(run, CheckConfig("head-name", port=port), client) is False
+    assert client.timeout.total_seconds() == 10.0  # the ping's own deadline is put back
+    assert run.observed.master_lost is None and server is not None

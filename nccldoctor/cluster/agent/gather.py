@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.facts.run import MasterLost
 from nccldoctor.report import Report
 from nccldoctor.report.document import with_summaries
+
+STORE_PING_S = 2.0  # a live store answers in milliseconds; a dying master never does
 
 
 def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
@@ -35,7 +38,7 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
         store.set(keys.result(node_rank), json.dumps(doc))
 
 
-def master_lost(run: NodeRun, config: CheckConfig) -> bool:
+def master_lost(run: NodeRun, config: CheckConfig, store: Any = None) -> bool:
     """Before handing its report over, does the master's store still answer? If not, the master
     died (or its network did): say so in this node's report, the one that remains."""
     if run.world is None:
@@ -43,6 +46,8 @@ def master_lost(run: NodeRun, config: CheckConfig) -> bool:
     reach = run.observed.reach
     address = (reach.addresses if reach and reach.addresses else [config.master])[0]
     error = still_listening(address, config.port)
+    if error is None and store is not None and not _store_answers(store):
+        error = still_listening(address, config.port) or "the store accepts but does not answer"
     if error is None:
         return False
     master = next((n.name for n in run.world.nodes if n.node_rank == 0), config.master)
@@ -50,6 +55,22 @@ def master_lost(run: NodeRun, config: CheckConfig) -> bool:
     errors = {r["rank"]: r.get("error") or "" for r in run.ranks}
     run.observed.master_lost = MasterLost(master, address, error, phase, errors)
     run.lost.append(f"the master {master} (node rank 0) was lost during the {phase} phase")
+    return True
+
+
+def _store_answers(store: Any, timeout_s: float = STORE_PING_S) -> bool:
+    """Whether the master's store process itself replies. A TCP connect alone is not proof: a
+    killed master's kernel completes handshakes on its listening socket until the dying process
+    has released its memory and, only then, its files."""
+    previous = store.timeout
+    try:
+        store.set_timeout(timedelta(seconds=timeout_s))
+        store.check(["nccldoctor/alive"])
+    except Exception:  # torch raises DistNetworkError, RuntimeError or TimeoutError
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            store.set_timeout(previous)
     return True
 
 

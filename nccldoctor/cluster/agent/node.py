@@ -405,7 +405,7 @@ class NodeAgent:
         if (
             store is not None
             and not self.run.is_master
-            and gather.master_lost(self.run, self.config)
+            and gather.master_lost(self.run, self.config, store)
         ):
             store = None  # a dead master's store would only make the publish wait
         report = build_node_report(
