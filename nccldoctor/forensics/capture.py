@@ -1,6 +1,6 @@
 """Ask a live rank process where it is: Python stacks, its last NCCL lines, its Flight Recorder.
 
-One implementation for `check`'s agent monitor and `watch` alike. Everything has a deadline and
+One implementation for `check`'s agent watchdog and `watch` alike. Everything has a deadline and
 tolerates a process, or a file, that vanished meanwhile: a missing answer is ``None``/``[]``.
 """
 

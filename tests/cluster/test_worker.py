@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.cluster.records import WORKER_PHASES
-from nccldoctor.cluster.worker.deadline import GRACE_S, HEARTBEAT_S
+from nccldoctor.cluster.worker.workerwatch import GRACE_S, HEARTBEAT_S
 from tests.cluster.idx import write_mnist
 from tests.cluster.launcher import REPO, Ranks, launch, spawn, start_store
 

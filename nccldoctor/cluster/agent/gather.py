@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent import rendezvous
-from nccldoctor.cluster.agent.listener import MasterListener
+from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
@@ -82,7 +82,7 @@ def cluster_report(
     store: Any,
     keys: rendezvous.Keys | None,
     exit_barrier_s: float,
-    gate: MasterListener | None,
+    gate: Gate | None,
     entries: Sequence[rendezvous.NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks import all_checks, run_cluster_checks
-from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import rendezvous_findings, skew_findings

@@ -1,4 +1,4 @@
-"""nccldoctor's own small listener on the master, next to the store (``port + 1``).
+"""The gate: nccldoctor's own small listener on the master, next to the store (``port + 1``).
 
 It answers four questions the TCPStore cannot: is the node holding the shared token (a node
 that is not gets no run id and is named in the report), which address does the master *see*
@@ -41,7 +41,7 @@ class Hello:
     t: float = 0.0
 
 
-class MasterListener:
+class Gate:
     """The master's listener; ``hellos`` and ``tcp_gbps`` fill in as nodes talk to it."""
 
     def __init__(self, port: int, token: str | None, run_id: str, bind: str = "0.0.0.0") -> None:

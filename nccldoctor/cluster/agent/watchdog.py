@@ -1,6 +1,6 @@
 """Watch this node's workers: heartbeats, phase deadlines, and the evidence of a hang.
 
-``monitor`` polls every rank's ``events.jsonl`` and process. A live rank that overstays its
+``watch_ranks`` polls every rank's ``events.jsonl`` and process. A live rank that overstays its
 phase's budget (plus a short grace, so the worker's own timeout fires first), falls silent for
 ``heartbeat`` seconds, or never starts, is stuck: the watchdog saves what shows where it stopped
 (its phase, its last NCCL lines, Python stacks from ``nccldoctor.forensics``: py-spy with
@@ -104,7 +104,7 @@ class WatchResult:
     elapsed_s: float
 
 
-def monitor(
+def watch_ranks(
     launched: list[Launched],
     node: str,
     timeouts: Timeouts,
@@ -157,7 +157,7 @@ def _wait_any(ranks: list[RankWatch], poll_s: float) -> None:
 
 
 def observe(launched: list[Launched], node: str, reason: str) -> WatchResult:
-    """What the rank folders say now, for workers the agent stopped outside ``monitor`` (the
+    """What the rank folders say now, for workers the agent stopped outside ``watch_ranks`` (the
     agent itself was interrupted): events read, exit codes taken, each rank marked ``reason``."""
     now = time.monotonic()
     ranks = [RankWatch(item, node, last_seen=now) for item in launched]

@@ -1,4 +1,5 @@
-"""The worker's outputs and its watchdog: events.jsonl, result.json, stacks.txt, deadlines.
+"""The worker deadline (workerwatch): a worker's outputs and its own phase deadlines: events.jsonl,
+result.json, stacks.txt.
 
 One thread (``PhaseWatch``) does three things every half second: it writes a heartbeat while a
 phase runs, ends the process when the phase outlives its deadline (stacks first, then a ``fail``
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-HEARTBEAT_S = 1.0  # well inside the monitor's heartbeat budget (Timeouts.heartbeat)
+HEARTBEAT_S = 1.0  # well inside the agent watchdog's heartbeat budget (Timeouts.heartbeat)
 POLL_S = 0.5
 # The worker's own deadline fires this long after the phase's timeout, so the backend's timeout
 # (gloo's error, ProcessGroupNCCL's watchdog and Flight Recorder dump) normally speaks first.
