@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
-from nccldoctor.ncclog.envelope import parse_line
+from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
@@ -27,6 +28,9 @@ TAIL_OPS = 32  # collective lines parsed at the end of a source
 SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
 SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split at once
 MEMO_LIMIT = 4096
+# PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
+# "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
+WORLD_SIZE = re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)")
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
@@ -47,6 +51,8 @@ class LogSet:
     unknown_samples: list[str] = field(default_factory=list)
     read_errors: list[str] = field(default_factory=list)
     bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
+    world_sizes: dict[int, int] = field(default_factory=dict)  # PyTorch's world size -> lines
+    init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
 
     def merge(self, other: LogSet) -> None:
@@ -73,6 +79,9 @@ class LogSet:
         )
         self.read_errors.extend(other.read_errors)
         self.bare_versions.extend(v for v in other.bare_versions if v not in self.bare_versions)
+        for size, n in other.world_sizes.items():
+            self.world_sizes[size] = self.world_sizes.get(size, 0) + n
+        self.init_failures += other.init_failures
         merge_hits(self.signatures, other.signatures)
 
 
@@ -258,22 +267,38 @@ class SourceParser:
         if found is not None and proc is not None and proc.nccl_version is None:
             kind, m = found
             kind.fold(proc, m, None)  # type: ignore[arg-type]
-        if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
-            result.bare_versions.append(text.strip())
+        if found is not None and len(result.bare_versions) < 8:
+            text = text.strip()
+            if text not in result.bare_versions:
+                result.bare_versions.append(text)
+
+    def _other(self, text: str) -> None:
+        """A line that is not NCCL's: PyTorch's world size, or its word that init failed."""
+        result = self.result
+        if "orld_size" in text or "WORLD_SIZE" in text:
+            m = WORLD_SIZE.search(text)
+            if m:
+                size = int(m[1])
+                result.world_sizes[size] = result.world_sizes.get(size, 0) + 1
+        if ("ncclCommInitRank" in text or "init_process_group" in text) and (
+            "rror" in text or "ailed" in text
+        ):
+            result.init_failures += 1
 
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
-        text = raw.decode("utf-8", "replace").rstrip("\r")
+        text = clean(raw.decode("utf-8", "replace").rstrip("\r"))
         env = parse_line(text)
         if env is None:
-            if "NCCL version " in text and "+cuda" in text:
+            if "NCCL version " in text:
                 # ≤2.21 rank 0 printf()s it bare (init.cc): it belongs to the process before it
                 self._bare_version(text)
             elif counted or " NCCL " in text:
                 result.garbled_lines += 1
             elif text.strip():
                 result.other_lines += 1
+                self._other(text)
             if self._identify and text.strip():  # whose line: known in a one-process file only
                 record(result.signatures, self._identify, text, None)
             return
@@ -282,13 +307,17 @@ class SourceParser:
         head = env.head
         proc = self._process(head.key, head.host, head.pid)
         proc.last_line = text
-        if env.level == "WARN":
-            proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
+        if env.level in ("WARN", "ATTN"):
+            proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text, level=env.level))
             if self._identify:
                 record(result.signatures, self._identify, env.msg, head.key, text)
             return
         if env.level == "CALL":
             result.call_lines += 1
+            return
+        if env.level == "DIAG":
+            if len(proc.diagnostics) < MAX_SAMPLES * 8:
+                proc.diagnostics.append(env.msg)
             return
         found = match_kind(env.msg)
         if found is None:
