@@ -25,6 +25,13 @@ _HEAD = re.compile(
 )
 # DIAG's head is "host:pid" alone (2.31+ diagnostics, docs/nccl-log-formats.md#envelope)
 _DIAG_HEAD = re.compile(r"(?<![^\s\]:>|])(?P<host>[^:\s\[\]|]+):(?P<pid>\d+)(?::(?P<tid>\d+))?$")
+# pastes that lost part of the head keep "[dev]": "78244:78244 [0]" (no host), "launcher [0]"
+# (a launcher's tag in place of host:pid:tid)
+_PARTIAL_HEAD = re.compile(
+    r"(?:(?<![^\s\]:>|])(?P<pid>\d+):(?P<tid>\d+)|(?<![^\s\]>|])(?P<host>[^:\s\[\]|]+))"
+    r" \[(?P<dev>-?\d+)\]"
+    r"(?: (?P<file>\S+):(?P<line>\d+)(?: \((?P<func>[^)]*)\))?)?$"
+)
 LEVELS = ("INFO", "WARN", "CALL", "TRACE", "ATTN", "DIAG")
 # what pasting adds around a line: ANSI colours, NULs, Markdown emphasis and code spans
 _NOISE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x00|\*\*|`")
@@ -60,14 +67,14 @@ def parse_head(head: str) -> Head | None:
     found = _cache.get(head, False)
     if found is not False:
         return found  # type: ignore[return-value]
-    m = _HEAD.search(head)
+    m = _HEAD.search(head) or _PARTIAL_HEAD.search(head)
     parsed = None
     if m:
         dev, line = m["dev"], m["line"]
         parsed = Head(
-            m["host"],
-            int(m["pid"]),
-            int(m["tid"]),
+            m["host"] or "?",
+            int(m["pid"] or 0),
+            int(m["tid"] or 0),
             int(dev) if dev is not None else None,
             m["file"],
             int(line) if line is not None else None,

@@ -78,12 +78,22 @@ def init(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     c.comm_id = m["comm_id"] or c.comm_id
 
 
+def init_garbled(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if p.current is None and m["comm"]:
+        p.adopt(m["comm"])
+    p.comm(m["comm"]).init_complete = True
+
+
 def ended(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     p.comm(m["comm"]).ended = m["what"]
 
 
 def timings(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     c = p.comm()
+    c.rank, c.nranks = (
+        c.rank if c.rank is not None else int(m["rank"]),
+        c.nranks or int(m["nranks"]),
+    )
     c.timings = {"total": float(m["total"])}
     for part in m["parts"].split(","):
         name, _, value = part.strip().partition(" ")
@@ -119,8 +129,9 @@ def plugin(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 
 def network(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
-    if m["name"] not in p.networks:
-        p.networks.append(m["name"])
+    name = m["name"].strip()  # pasted lines keep the terminal's trailing blanks
+    if name not in p.networks:
+        p.networks.append(name)
 
 
 _IB_DEV = re.compile(r"\[(\d+)\]([^:\s]+):(\d+)(?::[\d:]*)?/(\w+)")

@@ -24,16 +24,22 @@ def _all_transports(logs: LogSet) -> list[str]:
     )
 
 
+def _net_name(name: str) -> str:
+    """NCCL's network name as the headline says it: the IB plugins (``IBext``, ``IBext_v8``) and
+    the internal IB are all InfiniBand verbs, ``IB``."""
+    return "IB" if name.startswith("IB") else name
+
+
 def _network(logs: LogSet, transports: list[str]) -> Fact:
     """``IB`` or ``Socket`` (a plugin's own name when neither, e.g. ``AWS Libfabric``), from the
     best line that survived (docs/nccl-log-formats.md#network)."""
     names = Counter(n for p in logs.processes.values() for n in p.networks)
     if names:
-        name = names.most_common(1)[0][0]
-        return ("IB" if name.startswith("IB") else name), "Using network"
+        return _net_name(names.most_common(1)[0][0]), "Using network"
     for label in transports + _all_transports(logs):
-        if label.startswith("NET/"):
-            return label.split("/")[1], "channel lines"
+        parts = label.split("/")
+        if parts[0] == "NET" and len(parts) > 2:  # "NET/Sock": a line cut mid-way
+            return _net_name(parts[1]), "channel lines"
     procs = logs.processes.values()
     if any(p.ib_devices for p in procs):  # IB is tried first: Socket only runs when it fails
         return "IB", "NET/IB : Using"

@@ -107,6 +107,10 @@ KINDS: tuple[LineKind, ...] = (
     _k("init", "Init ", _INIT, folds.init, "2.4–2.32",
        "v2.4.8-1:init.cc:957, v2.7.8-1:init.cc:843, v2.17.1-1:init.cc:1123, "
        "v2.19.3-1:init.cc:1394, v2.30.7-1:init.cc:1912,1945"),
+    # the same line with its fields garbled (OCR of a screenshot, a hand-edited paste)
+    _k("init_complete_garbled", "Init COMPLETE",
+       r".*?(?:comm (?P<comm>0x[0-9a-fA-F]+))?.*- ?Init COMPLETE", folds.init_garbled,
+       "2.4–2.32", "as init"),
     _k("ended", " COMPLETE",
        r"comm (?P<comm>\S+) rank \d+ n[Rr]anks \d+ cudaDev .*?- (?P<what>\w+) COMPLETE", folds.ended,
        "2.9–2.32", "v2.12.12-1:init.cc:1047,1065"),
@@ -119,7 +123,7 @@ KINDS: tuple[LineKind, ...] = (
     _k("driver", "cudaDriverVersion ", r"cudaDriverVersion (?P<v>\d+)", folds.driver,
        "2.13–2.32", "v2.13.4-1:misc/cudawrap.cc:127, v2.30.7-1:misc/cudawrap.cc:282"),
     _k("timings", "Init timings",
-       r"Init timings(?: - \w+)?: rank \d+ nranks \d+ total (?P<total>[\d.]+) \((?P<parts>[^)]*)\)",
+       r"Init timings(?: - \w+)?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total>[\d.]+) \((?P<parts>[^)]*)\)",
        folds.timings, "2.22–2.32", "v2.22.3-1:init.cc:1437, v2.30.7-1:init.cc:1951"),
     _k("topology", " nNodes ",
        r"comm (?P<comm>\S+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "

@@ -301,6 +301,9 @@ class SourceParser:
                 self._other(text)
             if self._identify and text.strip():  # whose line: known in a one-process file only
                 record(result.signatures, self._identify, text, None)
+                last = text.find("Last error:")
+                if last >= 0:  # PyTorch quotes NCCL's last WARN there: the cause, matched too
+                    record(result.signatures, self._identify, text[last + 11 :].strip(), None, text)
             return
         if not counted:
             result.nccl_lines += 1
