@@ -20,7 +20,7 @@ from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
-from nccldoctor.ncclog.signals import Identify, SignatureHit, merge_hits, record
+from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
 
 COLL_NEEDLE = b": opCount "
 CALL_NEEDLE = b" NCCL CALL "
@@ -30,6 +30,7 @@ SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split
 MEMO_LIMIT = 4096
 # PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
 # "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
+APP_NEEDLES = (b"orld_size", b"WORLD_SIZE", b"ncclCommInitRank", b"init_process_group")
 WORLD_SIZE = re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)")
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
@@ -215,6 +216,9 @@ class SourceParser:
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
         memo = self._memo
+        app = [line for line in rest if line.find(b"NCCL") < 0]
+        if len(app) > 16 and self._quiet(app):  # the application's own lines, done in bulk
+            rest = [line for line in rest if line.find(b"NCCL") >= 0]
         for raw in rest:
             hit = memo.get(raw)
             if hit is not None:
@@ -226,6 +230,17 @@ class SourceParser:
             elif raw:
                 self.line(raw)
         return n_coll
+
+    def _quiet(self, app: list[bytes]) -> bool:
+        """Account for lines that are not NCCL's at once when nothing in them is worth a look
+        (no signature's gate, no world size, no word of init failing); else False."""
+        chunk = b"\n".join(app)
+        if any(chunk.find(needle) >= 0 for needle in APP_NEEDLES):
+            return False
+        if self._identify and may_match(self._identify, clean(chunk.decode("utf-8", "replace"))):
+            return False
+        self.result.other_lines += len(app) - app.count(b"")
+        return True
 
     def _tail(self, data: bytes, start: int, end: int) -> None:
         """Parse the last collective lines of ``data[start:end]``, oldest first."""
