@@ -30,7 +30,21 @@ SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split
 MEMO_LIMIT = 4096
 # PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
 # "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
-APP_NEEDLES = (b"orld_size", b"WORLD_SIZE", b"ncclCommInitRank", b"init_process_group")
+APP_NEEDLES = (
+    b"orld_size",
+    b"WORLD_SIZE",
+    b"ncclCommInitRank",
+    b"init_process_group",
+    b"SeqNum=",
+    b"last completed",
+)
+# ProcessGroupNCCL.cpp's watchdog: "[Rank 3] Watchdog caught collective operation timeout:
+# WorkNCCL(SeqNum=12, …" (it waited on 12, so 11 completed) and "… last enqueued work: 2635, last
+# completed work: 2634" (docs/nccl-log-formats.md#pytorch); the rank from c10d's "[Rank N]" /
+# "[PG ID 0 PG GUID 0 Rank N]" or torchrun's "[rankN]:"
+SEQ_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)")
+SEQ_COMPLETED = re.compile(r"last completed (?:NCCL )?work: (-?\d+)")
+SEQ_RANK = re.compile(r"\[(?:PG ID \S+ PG GUID \S+ )?Rank (\d+)\]|\[rank(\d+)\]:")
 WORLD_SIZE = re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)")
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
@@ -54,6 +68,7 @@ class LogSet:
     bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
     world_sizes: dict[int, int] = field(default_factory=dict)  # PyTorch's world size -> lines
     init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
+    completed_seq: dict[int, int] = field(default_factory=dict)  # rank -> last completed SeqNum
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
 
     def merge(self, other: LogSet) -> None:
@@ -83,6 +98,8 @@ class LogSet:
         for size, n in other.world_sizes.items():
             self.world_sizes[size] = self.world_sizes.get(size, 0) + n
         self.init_failures += other.init_failures
+        for rank, seq in other.completed_seq.items():
+            self.completed_seq[rank] = max(seq, self.completed_seq.get(rank, seq))
         merge_hits(self.signatures, other.signatures)
 
 
@@ -295,10 +312,26 @@ class SourceParser:
             if m:
                 size = int(m[1])
                 result.world_sizes[size] = result.world_sizes.get(size, 0) + 1
+        if "SeqNum=" in text or "last completed" in text:
+            self._seq(text)
         if ("ncclCommInitRank" in text or "init_process_group" in text) and (
             "rror" in text or "ailed" in text
         ):
             result.init_failures += 1
+
+    def _seq(self, text: str) -> None:
+        """Remember the last collective PyTorch's watchdog says this rank completed."""
+        rank = SEQ_RANK.search(text)
+        done = SEQ_COMPLETED.search(text)
+        seq = int(done[1]) if done else None
+        if seq is None and (timeout := SEQ_TIMEOUT.search(text)):
+            seq = int(timeout[1]) - 1  # it timed out waiting on SeqNum: the one before completed
+        if rank is None or seq is None:
+            return
+        r = int(rank[1] or rank[2])
+        seqs = self.result.completed_seq
+        if r in seqs or len(seqs) < 4096:
+            seqs[r] = max(seq, seqs.get(r, seq))
 
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
