@@ -32,6 +32,9 @@ _PARTIAL_HEAD = re.compile(
     r" \[(?P<dev>-?\d+)\]"
     r"(?: (?P<file>\S+):(?P<line>\d+)(?: \((?P<func>[^)]*)\))?)?$"
 )
+# ... or only "[dev]" (NVIDIA/nccl#2094: host:pid:tid cut away by hand)
+_DEV_ONLY = re.compile(r"(?:^|\s)\[(?P<dev>-?\d+)\]$")
+_HOST_PID_END = re.compile(r"\S:\d+\s*$")  # "host:pid [dev]" lacks its tid: not NCCL's
 LEVELS = ("INFO", "WARN", "CALL", "TRACE", "ATTN", "DIAG")
 # what pasting adds around a line: ANSI colours, NULs, Markdown emphasis and code spans
 _NOISE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x00|\*\*|`")
@@ -63,7 +66,8 @@ _cache: dict[str, Head | None] = {}
 
 
 def parse_head(head: str) -> Head | None:
-    """Parse the text before `` NCCL LEVEL``; None when it carries no ``host:pid:tid``."""
+    """Parse the text before `` NCCL LEVEL``; None when it carries neither ``host:pid:tid`` nor
+    what a paste left of it (``pid:tid [dev]``, ``tag [dev]``, ``[dev]``)."""
     found = _cache.get(head, False)
     if found is not False:
         return found  # type: ignore[return-value]
@@ -80,6 +84,8 @@ def parse_head(head: str) -> Head | None:
             int(line) if line is not None else None,
             m["func"],
         )
+    elif (only := _DEV_ONLY.search(head)) and not _HOST_PID_END.search(head, 0, only.start()):
+        parsed = Head("?", 0, 0, int(only["dev"]), None, None, None)
     if len(_cache) >= _CACHE_LIMIT:
         _cache.clear()  # timestamps make heads unique; keep memory flat
     _cache[head] = parsed
