@@ -30,6 +30,7 @@ SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split
 MEMO_LIMIT = 4096
 # PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
 # "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
+WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
 APP_NEEDLES = (
     b"orld_size",
     b"WORLD_SIZE",
@@ -145,6 +146,7 @@ class SourceParser:
         self._last_coll: Block | None = None  # its tail holds the latest collectives
         self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
+        self._wrapped: str | None = None  # a long line no signature matched: maybe wrapped
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -251,7 +253,7 @@ class SourceParser:
     def _quiet(self, app: list[bytes]) -> bool:
         """Account for lines that are not NCCL's at once when nothing in them is worth a look
         (no signature's gate, no world size, no word of init failing); else False."""
-        chunk = b"\n".join(app)
+        chunk = b"".join(app)  # no separator: text a terminal wrapped over two lines stays whole
         if any(chunk.find(needle) >= 0 for needle in APP_NEEDLES):
             return False
         if self._identify and may_match(self._identify, clean(chunk.decode("utf-8", "replace"))):
@@ -348,7 +350,14 @@ class SourceParser:
                 result.other_lines += 1
                 self._other(text)
             if self._identify and text.strip():  # whose line: known in a one-process file only
-                record(result.signatures, self._identify, text, None)
+                wrapped, self._wrapped = self._wrapped, None
+                # a terminal's hard wrap cuts a long line in two: try it joined to the one before
+                hit = record(result.signatures, self._identify, text, None) or (
+                    wrapped is not None
+                    and record(result.signatures, self._identify, wrapped + text, None)
+                )
+                if not hit and len(text) >= WRAP_MIN:
+                    self._wrapped = text
                 last = text.find("Last error:")
                 if last >= 0:  # PyTorch quotes NCCL's last WARN there: the cause, matched too
                     record(result.signatures, self._identify, text[last + 11 :].strip(), None, text)
