@@ -94,6 +94,7 @@ def timings(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
         c.rank if c.rank is not None else int(m["rank"]),
         c.nranks or int(m["nranks"]),
     )
+    c.init_complete = True  # printed right after Init COMPLETE (v2.22.3-1:init.cc:1434-1437)
     c.timings = {"total": float(m["total"])}
     for part in m["parts"].split(","):
         name, _, value = part.strip().partition(" ")
