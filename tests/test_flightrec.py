@@ -1,0 +1,246 @@
+"""Flight Recorder dumps: genuine ones from a two-process gloo job, matched across ranks, and bad
+input (a pickle that would run code, a truncated dump, another version's keys) refused or read
+in part with a finding, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checks import run_checks
+from nccldoctor.forensics.flightrec import Analysis, analyse, load_dump, looks_like_dump
+from tests.ports import free_port
+
+RANK_SCRIPT = Path(__file__).parent / "flightrec_rank.py"
+JOB_TIMEOUT_S = 120
+
+
+def run_job(mode: str, out: Path, buffer: int = 2000, allreduces: int = 3) -> Path:
+    """Two gloo ranks on 127.0.0.1 that each write their real dump under ``out``."""
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TORCH_FR_BUFFER_SIZE": str(buffer),
+            "ALLREDUCES": str(allreduces),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(RANK_SCRIPT), mode, str(out)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    for proc in procs:
+        try:
+            output, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        assert proc.returncode == 0, output.decode(errors="replace")
+    return out
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("fr")
+    return {mode: run_job(mode, base / mode) for mode in ("skip", "shape", "dtype", "ok")}
+
+
+def findings(paths) -> list:
+    return run_checks("flightrec", analyse(sorted(paths)))
+
+
+def by_id(found, id_: str) -> list:
+    return [f for f in found if f.id == id_]
+
+
+@pytest.mark.parametrize("form", ["pickle", "json"])
+def test_a_rank_that_skips_an_allreduce_is_named_with_its_last_op_and_stack(dumps, form):
+    found = findings((dumps["skip"] / form).iterdir())
+    [missing] = by_id(found, "flightrec.ranks-missing")
+    assert missing.rank == 1
+    assert "rank 1 never joined collective #4 (all_reduce)" in missing.title
+    assert "that rank 0 issued" in missing.title
+    assert "rank 1's last was #3 gloo:all_reduce" in missing.title
+    if form == "pickle":  # the JSON form carries no Python frames
+        # its last op is the third allreduce, issued at the loop's line of the rank script
+        assert "rank 1's last was #3 gloo:all_reduce at " in missing.title
+        assert "flightrec_rank.py:" in missing.title
+    assert any("last completed #3 gloo:all_reduce" in e for e in missing.evidence)
+    assert "3 collectives matched before #4" in missing.evidence[0]
+    assert not by_id(found, "flightrec.collective-mismatch")
+
+
+def _without_frames(groups: list[dict]) -> list[dict]:
+    for g in groups:
+        for d in g["divergences"]:
+            for t in d["culprits"]:
+                t["where"], t["stack"] = None, []
+    return groups
+
+
+def test_the_pickle_and_json_forms_read_alike_but_for_frames(dumps):
+    as_pickle = analyse(sorted((dumps["skip"] / "pickle").iterdir())).to_dict()["groups"]
+    as_json = analyse(sorted((dumps["skip"] / "json").iterdir())).to_dict()["groups"]
+    assert as_pickle[0]["divergences"][0]["culprits"][0]["stack"]
+    assert _without_frames(as_pickle) == _without_frames(as_json)
+
+
+def test_a_rank_that_sends_another_shape_is_a_size_mismatch(dumps):
+    found = findings((dumps["shape"] / "pickle").iterdir())
+    [mismatch] = by_id(found, "flightrec.collective-mismatch")
+    assert "collective #4 (all_reduce)" in mismatch.title
+    assert "different sizes" in mismatch.title
+    assert any("[[2, 2]]" in e for e in mismatch.evidence)
+    assert any("[[4]]" in e for e in mismatch.evidence)
+    assert not by_id(found, "flightrec.ranks-missing")
+
+
+def test_a_rank_that_sends_another_dtype_is_a_dtype_mismatch(dumps):
+    found = findings((dumps["dtype"] / "pickle").iterdir())
+    [mismatch] = by_id(found, "flightrec.collective-mismatch")
+    assert "different dtypes" in mismatch.title
+    assert any("Int" in e for e in mismatch.evidence)
+
+
+def test_a_healthy_job_has_no_finding(dumps):
+    reading = analyse(sorted((dumps["ok"] / "pickle").iterdir()))
+    assert run_checks("flightrec", reading) == []
+    [group] = reading.groups
+    assert (group.desc, group.ranks, group.matched) == ("default_pg", [0, 1], 4)
+
+
+def test_wrapped_buffers_are_aligned_before_matching(tmp_path):
+    """8 entries per rank over 20 allreduces: rank 0 holds #13-#20, rank 1 (it skipped #20)
+    #12-#19; only what both still hold is compared."""
+    run_job("skip", tmp_path, buffer=8, allreduces=19)
+    reading = analyse(sorted((tmp_path / "pickle").iterdir()))
+    [group] = reading.groups
+    assert group.first_seq == 13
+    [d] = group.divergences
+    assert (d.kind, d.seq, d.missing) == ("missing", 20, [1])
+
+
+def test_a_missing_ranks_dump_is_reported(dumps):
+    found = findings([dumps["skip"] / "pickle" / "nccl_trace_rank_0"])
+    [missing] = by_id(found, "flightrec.dump-missing")
+    assert missing.rank == 1 and "rank 1" in missing.title
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused(dumps, tmp_path):
+    marker = tmp_path / "ran"
+    real = pickle.loads((dumps["skip"] / "pickle" / "nccl_trace_rank_0").read_bytes())
+    real["entries"][0]["frames"] = [_RunsCode(marker)]
+    evil = tmp_path / "nccl_trace_rank_0"
+    evil.write_bytes(pickle.dumps(real))
+    assert looks_like_dump(evil.read_bytes()[:64])
+    found = findings([evil, dumps["skip"] / "pickle" / "nccl_trace_rank_1"])
+    [refused] = by_id(found, "flightrec.dump-refused")
+    assert "posix.system" in refused.title or "os.system" in refused.title
+    assert not marker.exists()
+
+
+def test_a_truncated_dump_is_unreadable_not_a_traceback(dumps, tmp_path):
+    data = (dumps["skip"] / "pickle" / "nccl_trace_rank_1").read_bytes()
+    for cut in (1, 2, len(data) // 3, len(data) - 1):
+        loaded = load_dump(data[:cut])
+        assert loaded.document is None and loaded.error and not loaded.refused
+    cut_json = (dumps["skip"] / "json" / "nccl_trace_rank_1.json").read_bytes()
+    (tmp_path / "nccl_trace_rank_1.json").write_bytes(cut_json[: len(cut_json) // 2])
+    found = findings([tmp_path / "nccl_trace_rank_1.json"])
+    [unreadable] = by_id(found, "flightrec.dump-unreadable")
+    assert "unreadable" in unreadable.title
+
+
+def test_another_versions_keys_are_read_in_part(dumps):
+    """Before collective_seq_id (torch 2.2's dumps say seq_id) and with entries that lack the
+    keys the matching needs: gated on keys, never on the version string."""
+    docs = {}
+    for rank in (0, 1):
+        doc = pickle.loads((dumps["skip"] / "pickle" / f"nccl_trace_rank_{rank}").read_bytes())
+        doc["version"] = "1.5"
+        for e in doc["entries"]:
+            e["seq_id"] = e.pop("collective_seq_id")
+            for key in ("input_dtypes", "output_dtypes", "frames", "pg_id"):
+                e.pop(key, None)
+        doc["entries"].append({"record_id": 99, "state": "scheduled"})
+        docs[rank] = doc
+    analysis = Analysis()
+    for rank, doc in docs.items():
+        analysis.add(pickle.dumps(doc), f"rank{rank}", rank)
+    reading = analysis.reading()
+    assert all(d.skipped == 1 and "read in part" in d.error for d in reading.dumps)
+    found = run_checks("flightrec", reading)
+    [missing] = by_id(found, "flightrec.ranks-missing")
+    assert "rank 1 never joined collective #4" in missing.title
+    assert len(by_id(found, "flightrec.dump-unreadable")) == 2
+
+
+def _p2p_entry(template: dict, name: str, p2p_seq: int, size: int, record: int) -> dict:
+    """A point-to-point entry in the real entry's shape, named as ProcessGroupNCCL names it."""
+    return {
+        **template,
+        "profiling_name": name,
+        "is_p2p": True,
+        "p2p_seq_id": p2p_seq,
+        "collective_seq_id": template["collective_seq_id"],
+        "input_sizes": [[size]],
+        "output_sizes": [[size]],
+        "record_id": record,
+    }
+
+
+def test_a_send_and_its_receive_of_different_sizes_mismatch(dumps):
+    """gloo records no p2p op, so the entries are built from a real dump's shape."""
+    docs = {}
+    for rank in (0, 1):
+        doc = pickle.loads((dumps["ok"] / "pickle" / f"nccl_trace_rank_{rank}").read_bytes())
+        last = doc["entries"][-1]
+        name = "nccl:send 0->1" if rank == 0 else "nccl:recv 1<-0"
+        doc["entries"].append(_p2p_entry(last, name, 1, 1024, last["record_id"] + 1))
+        size = 1024 if rank == 0 else 512
+        doc["entries"].append(_p2p_entry(last, name, 2, size, last["record_id"] + 2))
+        docs[rank] = doc
+    analysis = Analysis()
+    for rank, doc in docs.items():
+        analysis.add(pickle.dumps(doc), f"nccl_trace_rank_{rank}", rank)
+    found = run_checks("flightrec", analysis.reading())
+    [mismatch] = by_id(found, "flightrec.collective-mismatch")
+    assert "p2p op #2" in mismatch.title and "different sizes" in mismatch.title
+
+
+def test_explain_reads_a_folder_of_dumps(dumps, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "explain", "--json", str(dumps["skip"] / "pickle")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    (tmp_path / "report.json").write_text(out.stdout)  # the schema fixture validates it
+    assert [f["id"] for f in report["findings"]] == ["flightrec.ranks-missing"]
+    assert report["flight_recorder"]["groups"][0]["divergences"][0]["seq"] == 4
