@@ -5,7 +5,7 @@ TORCH_FR_BUFFER_SIZE set. Every rank runs ``ALLREDUCES`` allreduces, then:
 ``skip``: rank 1 skips the next one; ``shape``: rank 1 sends it as [2, 2] instead of [4] (the
 same bytes, so gloo runs it); ``dtype``: rank 1 sends int32 (same bytes again); ``ok``: all alike.
 Each rank dumps with ``_dump_fr_trace()`` (pickle) and ``_dump_fr_trace_json()`` while the last
-collective may still be pending, waits for its peer to have dumped, and leaves with os._exit so
+collective may still be pending, waits for its peer to have dumped, and leaves (the store's host last) with os._exit so
 gloo's teardown of the pending op cannot abort it first.
 """
 
@@ -39,5 +39,9 @@ else:
 store = dist.distributed_c10d._get_default_store()
 store.set(f"dumped{rank}", "1")
 store.wait([f"dumped{1 - rank}"])
+# rank 0 serves the store: it leaves last, once rank 1 no longer needs it
+store.set(f"leaving{rank}", "1")
+if rank == 0:
+    store.wait(["leaving1"])
 sys.stdout.flush()
 os._exit(0)
