@@ -16,6 +16,7 @@ showed each as a bit mask), never every rank's entries at once.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import pickle
@@ -206,26 +207,31 @@ def ranges(ranks: Iterable[int]) -> str:
 
 # ---- the matching -----------------------------------------------------------------------------
 
-# An op signature: (op, input sizes, output sizes, dtypes, state), texts so they hash; a
+# An op signature: (op, payload, state); the payload is the repr of (input sizes, output sizes,
+# input dtypes, output dtypes), one repr per entry being the cheapest hashable form of them. A
 # coalesced collective is the concatenation of its ops' signatures.
 Sig = tuple[str, ...]
-_FIELDS = 5
-
-
-def _sig(e: dict[str, Any]) -> Sig:
-    return (
-        _op_type(e.get("profiling_name")),
-        str(e.get("input_sizes")),
-        str(e.get("output_sizes")),
-        f"{e.get('input_dtypes')}->{e.get('output_dtypes')}",
-        str(e.get("state")),
-    )
+_FIELDS = 3
+_OP_TYPES: dict[Any, str] = {}
 
 
 def _op_type(name: Any) -> str:
     """``nccl:send 0->1`` -> ``send``; the backend prefix differs between gloo and NCCL."""
-    text = str(name)
-    return text.split(":", 1)[-1].split(" ", 1)[0]
+    op = _OP_TYPES.get(name)
+    if op is None:
+        op = str(name).split(":", 1)[-1].split(" ", 1)[0]
+        if len(_OP_TYPES) < 4096:  # names are a handful; a hostile dump may not grow this
+            _OP_TYPES[name] = op
+    return op
+
+
+def _payload(payload: str) -> tuple[str, str, str]:
+    """(input sizes, output sizes, dtypes) as texts, from a signature's payload (our own repr)."""
+    try:
+        sizes_in, sizes_out, dt_in, dt_out = ast.literal_eval(payload)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return payload, "", ""
+    return str(sizes_in), str(sizes_out), f"{dt_in}->{dt_out}"
 
 
 class _Group:
@@ -305,25 +311,33 @@ class Analysis:
         entries = doc["entries"]
         skipped = 0
         wrapped = bool(entries) and _record_id(entries[0]) > 0
+        get_group = groups.get
         for e in entries:
             try:
                 pg = e["process_group"]
-                key = pg if isinstance(pg, str) else tuple(pg)
-                group = groups.get(key)
+                group = get_group(pg) if pg.__class__ is tuple else None
                 if group is None:
-                    group = groups[key] = self._group_of(rank, pg, config)
-                p2p = bool(e.get("is_p2p"))
-                seq = e["p2p_seq_id"] if p2p else e.get("collective_seq_id", e.get("seq_id"))
-                seq = int(seq)
-                sig = _sig(e)
-            except (KeyError, TypeError, ValueError, IndexError):
+                    key = pg if isinstance(pg, str) else tuple(pg)
+                    group = get_group(key)
+                    if group is None:
+                        group = groups[key] = self._group_of(rank, pg, config)
+                p2p = e.get("is_p2p")
+                seq = int(e["p2p_seq_id"] if p2p else e.get("collective_seq_id", e.get("seq_id")))
+                state = e.get("state")
+                sig = (
+                    _op_type(e["profiling_name"]),
+                    repr((e.get("input_sizes"), e.get("output_sizes"),
+                          e.get("input_dtypes"), e.get("output_dtypes"))),
+                    str(state),
+                )  # fmt: skip
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError):
                 skipped += 1
                 continue
             last[group] = e
-            if e.get("state") == "completed":
+            if state == "completed":
                 completed[group] = e
             if p2p:
-                self._fold_p2p(group, rank, e, seq, sig)
+                self._fold_p2p(group, e, seq, sig)
                 continue
             if group not in first:
                 first[group] = seq
@@ -344,21 +358,23 @@ class Analysis:
             group.tails[rank] = _tail(rank, entries, last.get(group), completed.get(group), status)
         return skipped
 
-    def _fold_p2p(self, group: _Group, rank: int, e: dict[str, Any], seq: int, sig: Sig) -> None:
+    def _fold_p2p(self, group: _Group, e: dict[str, Any], seq: int, sig: Sig) -> None:
         """Send ``a->b`` / recv ``b<-a`` (group ranks, ProcessGroupNCCL's profiling title)."""
         meta = str(e.get("profiling_name")).split(" ", 1)
         if len(meta) != 2:
             return
+        sizes_in, sizes_out, dtypes = _payload(sig[1])
+        dt_in, _, dt_out = dtypes.partition("->")
         if sig[0] == "send" and "->" in meta[1]:
             src, dst = (int(x) for x in meta[1].split("->"))
-            side, sizes = "send", sig[1]
+            side, sizes, dtype = "send", sizes_in, dt_in
         elif sig[0] == "recv" and "<-" in meta[1]:
             dst, src = (int(x) for x in meta[1].split("<-"))
-            side, sizes = "recv", sig[2]
+            side, sizes, dtype = "recv", sizes_out, dt_out
         else:
             return
-        # a send's input and its recv's output must agree: compare those sizes only
-        compare = ("p2p", sizes, "", sig[3].split("->")[0 if side == "send" else 1], "")
+        # a send's input and its receive's output must agree: only those are compared
+        compare = ("p2p", repr((sizes, sizes, dtype, dtype)), "")
         group.p2p.setdefault((src, dst), {}).setdefault(side, []).append((seq, compare))
 
     def reading(self) -> FlightRecorderReading:
@@ -490,29 +506,29 @@ def _differs(a: Sig, b: Sig) -> str | None:
     if len(a) != len(b):
         return "op"  # a different number of ops in a coalesced collective
     ops = [(a[i : i + _FIELDS], b[i : i + _FIELDS]) for i in range(0, len(a), _FIELDS)]
-    for x, y in ops:
-        if x[0] != y[0]:
-            return "op"
-    for x, y in ops:
-        if (x[1] != y[1] and x[0] not in _INPUT_SIZES_VARY) or (
-            x[2] != y[2] and x[0] not in _OUTPUT_SIZES_VARY
+    if any(x[0] != y[0] for x, y in ops):
+        return "op"
+    payloads = [(x[0], _payload(x[1]), _payload(y[1])) for x, y in ops if x[1] != y[1]]
+    for op, x, y in payloads:
+        if (x[0] != y[0] and op not in _INPUT_SIZES_VARY) or (
+            x[1] != y[1] and op not in _OUTPUT_SIZES_VARY
         ):
             return "size"
-    for x, y in ops:
-        if x[3] != y[3]:
-            return "dtype"
-    for x, y in ops:
-        if x[4] != y[4]:
-            return "state"
+    if any(x[2] != y[2] for _, x, y in payloads):
+        return "dtype"
+    if any(x[2] != y[2] for x, y in ops):
+        return "state"
     return None
 
 
 def _side(sig: Sig, ranks: list[int]) -> Side:
-    n = len(sig) // _FIELDS
-    part = [sig[i::_FIELDS] for i in range(_FIELDS)]
-    join = (lambda xs: xs[0]) if n == 1 else (lambda xs: "[" + ", ".join(xs) + "]")
-    op = part[0][0] if n == 1 else f"coalesced({', '.join(part[0])})"
-    return Side(ranks, op, join(part[1]), join(part[2]), join(part[3]), join(part[4]))
+    ops = [sig[i : i + _FIELDS] for i in range(0, len(sig), _FIELDS)]
+    shown = [(op, *_payload(payload), state) for op, payload, state in ops]
+    if len(shown) == 1:
+        return Side(ranks, *shown[0])
+    part = list(zip(*shown, strict=True))
+    joined = ["[" + ", ".join(p) + "]" for p in part[1:]]
+    return Side(ranks, f"coalesced({', '.join(part[0])})", *joined)
 
 
 def _divergence(
@@ -548,7 +564,8 @@ def _judge_p2p(
         row: dict[Sig, int] = {}
         for item, who, name in ((s, gsrc, f"send {src}->{dst}"), (r, gdst, f"recv {dst}<-{src}")):
             if item is not None:
-                row[(name, *item[1][1:])] = row.get((name, *item[1][1:]), 0) | (1 << who)
+                key = (name, *item[1][1:])
+                row[key] = row.get(key, 0) | (1 << who)
         missing = [gdst] if r is None else [gsrc] if s is None else []
         seq = (s or r)[0]  # type: ignore[index]
         kind = "missing" if missing else "size"
