@@ -5,18 +5,18 @@ rules of scope ``logs`` (``checks/logs.py``) turn the reading into findings. ``c
 ``watch`` read their ranks' logs through the same function. PyTorch Flight Recorder dumps among
 the inputs (known by their first bytes) are matched across ranks instead
 (``forensics/flightrec.py``) and judged by the ``flightrec`` rules; ``watch`` and ``check`` feed
-the dumps they collect through ``judge_flight_recorder`` too.
+the dumps they collect through ``explain_dumps`` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from checks import run_checks
 from checks.signatures import identify
-from nccldoctor.forensics.flightrec import FlightRecorderReading, analyse, looks_like_dump
+from nccldoctor.forensics.flightrec import Analysis, looks_like_dump
 from nccldoctor.model import Finding
 from nccldoctor.ncclog import LogSet, Source, explain_logs, parse_sources
 from nccldoctor.ncclog.summary import read_logs
@@ -27,9 +27,18 @@ def judge_logs(logs: LogSet) -> list[Finding]:
     return run_checks("logs", read_logs(logs))
 
 
-def judge_flight_recorder(reading: FlightRecorderReading) -> list[Finding]:
-    """Every flightrec-scope rule over Flight Recorder dumps matched across ranks."""
-    return run_checks("flightrec", reading)
+def explain_dumps(
+    dumps: Sequence[tuple[Path, int | None]],
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The ``flight_recorder`` section and the flightrec findings of dump files, each with its
+    rank (None: the number its file name ends with); (None, []) without any."""
+    if not dumps:
+        return None, []
+    analysis = Analysis()
+    for path, rank in dumps:
+        analysis.add_file(path, rank)
+    reading = analysis.reading()
+    return reading.to_dict(), run_checks("flightrec", reading)
 
 
 # A JSON dump names its first entry's keys within a few hundred bytes.
@@ -64,7 +73,6 @@ def explain(
         logs = parse_sources(logs_sources, jobs=jobs, progress=progress, identify=identify)
         extra, findings = explain_logs(logs), judge_logs(logs)
     if dumps:
-        reading = analyse(dumps)
-        extra["flight_recorder"] = reading.to_dict()
-        findings += judge_flight_recorder(reading)
+        extra["flight_recorder"], dump_findings = explain_dumps([(p, None) for p in dumps])
+        findings += dump_findings
     return extra, findings
