@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from checks import run_checks
-from nccldoctor.forensics.flightrec import Analysis, analyse, load_dump, looks_like_dump
+from nccldoctor.forensics.flightrec import Analysis, analyse, load_dump, looks_like_dump, rank_of
 from tests.ports import free_port
 
 RANK_SCRIPT = Path(__file__).parent / "flightrec_rank.py"
@@ -244,3 +244,50 @@ def test_explain_reads_a_folder_of_dumps(dumps, tmp_path):
     (tmp_path / "report.json").write_text(out.stdout)  # the schema fixture validates it
     assert [f["id"] for f in report["findings"]] == ["flightrec.ranks-missing"]
     assert report["flight_recorder"]["groups"][0]["divergences"][0]["seq"] == 4
+
+
+_ODD_VALUES = [None, 7, -3, 10**12, "x", "", [], {}, [[1, 2]], {"a": 1}, ("0",), 1.5, b"\x00", True]
+
+
+def test_mangled_entries_never_raise(dumps):
+    """Every key of a real entry, and the document's own keys, replaced by odd values one at a
+    time: the analysis and its rules read what they can and never raise."""
+    real = pickle.loads((dumps["skip"] / "pickle" / "nccl_trace_rank_0").read_bytes())
+    other = (dumps["skip"] / "pickle" / "nccl_trace_rank_1").read_bytes()
+    variants = []
+    for key in real["entries"][-1]:
+        for value in _ODD_VALUES:
+            doc = pickle.loads(pickle.dumps(real))
+            doc["entries"][-1][key] = value
+            variants.append(doc)
+    for key in ("pg_config", "pg_status", "entries", "version"):
+        for value in _ODD_VALUES:
+            variants.append({**real, key: value})
+    variants.append({**real, "entries": [*real["entries"], "junk", 3, None]})
+    for doc in variants:
+        analysis = Analysis()
+        analysis.add(pickle.dumps(doc), "nccl_trace_rank_0", 0)
+        analysis.add(other, "nccl_trace_rank_1", 1)
+        found = run_checks("flightrec", analysis.reading())
+        assert not [f for f in found if f.id.endswith(".crashed")], doc
+
+
+@pytest.mark.parametrize("name", ["nccl_trace_rank_999999999999", "nccl_trace_rank_x", "trace"])
+def test_a_file_name_without_a_sane_rank_is_read_in_part(dumps, name):
+    analysis = Analysis()
+    data = (dumps["skip"] / "pickle" / "nccl_trace_rank_0").read_bytes()
+    read = analysis.add(data, name, rank_of(name))
+    assert "read in part" in read.error
+
+
+def test_check_reads_the_dumps_its_monitor_collected(dumps):
+    from nccldoctor.cluster.diagnosis.node_report import flight_recorder_section
+
+    ranks = [
+        {"rank": r, "flight_recorder": str(dumps["skip"] / "pickle" / f"nccl_trace_rank_{r}")}
+        for r in (0, 1)
+    ] + [{"rank": 2, "flight_recorder": None}]
+    section, found = flight_recorder_section(ranks)
+    [missing] = by_id(found, "flightrec.ranks-missing")
+    assert "rank 1 never joined collective #4 (all_reduce)" in missing.title
+    assert section["groups"][0]["divergences"][0]["seq"] == 4

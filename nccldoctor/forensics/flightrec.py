@@ -40,6 +40,8 @@ MISMATCH_CAP = 10
 STACK_FRAMES = 8
 # At most this much of one file is read: a dump of 2000 entries with frames is a few MB.
 MAX_DUMP_BYTES = 512 * 1024 * 1024
+# Ranks are bits of a mask: a file name claiming rank 10**9 must not cost 125 MB.
+MAX_RANK = 1 << 20
 
 
 class DumpRefused(Exception):
@@ -274,7 +276,7 @@ class Analysis:
         version = doc.get("version")
         read.version = str(version) if version is not None else None
         read.entries = len(doc["entries"])
-        if rank is None:
+        if rank is None or not 0 <= rank < MAX_RANK:
             read.error = "read in part: the file name does not say which rank wrote it"
             return read
         if rank in self._ranks:
@@ -337,7 +339,10 @@ class Analysis:
             if state == "completed":
                 completed[group] = e
             if p2p:
-                self._fold_p2p(group, e, seq, sig)
+                try:
+                    self._fold_p2p(group, e, seq, sig)
+                except ValueError:  # a peer that is no number
+                    skipped += 1
                 continue
             if group not in first:
                 first[group] = seq
@@ -550,7 +555,7 @@ def _judge_p2p(
     """Sends ``src->dst`` against the receives at ``dst``, in order. Only buffers that never
     wrapped hold a pair's whole history, so only those are judged."""
     order = sorted(g.ranks) if g.ranks is not None else sorted(g.seen)
-    if max(src, dst) >= len(order):
+    if min(src, dst) < 0 or max(src, dst) >= len(order):
         return None
     gsrc, gdst = order[src], order[dst]
     if not {gsrc, gdst} <= dumped or {gsrc, gdst} & g.wrapped:
@@ -586,9 +591,10 @@ def _tail(
     tail.last_seq = _seq(last)
     tail.last_op = str(last.get("profiling_name"))
     tail.last_state = str(last.get("state"))
+    raw = last.get("frames")
     frames = [
         Frame(str(f.get("filename")), _int(f.get("line")), str(f.get("name")))
-        for f in last.get("frames") or []
+        for f in (raw if isinstance(raw, list) else [])
         if isinstance(f, dict)
     ]
     frame = user_frame(frames)
