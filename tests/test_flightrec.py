@@ -291,3 +291,30 @@ def test_check_reads_the_dumps_its_monitor_collected(dumps):
     [missing] = by_id(found, "flightrec.ranks-missing")
     assert "rank 1 never joined collective #4 (all_reduce)" in missing.title
     assert section["groups"][0]["divergences"][0]["seq"] == 4
+
+
+def test_the_ops_of_a_coalesced_collective_are_compared_as_one(dumps):
+    """Entries that share one collective_seq_id (torch's coalescing manager), built from the
+    real entries' shape: alike on both ranks they match; one op's size differing is a mismatch."""
+
+    def reading(second_size_on_rank1: int):
+        analysis = Analysis()
+        for rank in (0, 1):
+            doc = pickle.loads((dumps["ok"] / "pickle" / f"nccl_trace_rank_{rank}").read_bytes())
+            last = doc["entries"][-1]
+            seq, record = last["collective_seq_id"] + 1, last["record_id"]
+            size = second_size_on_rank1 if rank == 1 else 8
+            for i, (name, n) in enumerate(
+                (("gloo:all_reduce", 4), ("gloo:all_reduce", size), ("gloo:coalesced", 0))
+            ):
+                e = {**last, "profiling_name": name, "collective_seq_id": seq}
+                e.update(record_id=record + 1 + i, input_sizes=[[n]], output_sizes=[[n]])
+                doc["entries"].append(e)
+            analysis.add(pickle.dumps(doc), f"nccl_trace_rank_{rank}", rank)
+        return analysis.reading()
+
+    alike = reading(8)
+    assert run_checks("flightrec", alike) == [] and alike.groups[0].matched == 5
+    [mismatch] = by_id(run_checks("flightrec", reading(16)), "flightrec.collective-mismatch")
+    assert "collective #5 (coalesced(all_reduce, all_reduce, coalesced))" in mismatch.title
+    assert any("[[16]]" in e for e in mismatch.evidence)
