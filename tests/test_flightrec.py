@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,16 +81,19 @@ def test_a_rank_that_skips_an_allreduce_is_named_with_its_last_op_and_stack(dump
         # its last op is the third allreduce, issued at the loop's line of the rank script
         assert "rank 1's last was #3 gloo:all_reduce at " in missing.title
         assert "flightrec_rank.py:" in missing.title
-    assert any("last completed #3 gloo:all_reduce" in e for e in missing.evidence)
+    # gloo counts #3 completed a moment after all_reduce returned: a dump in between says #2
+    assert any(re.search(r"last completed #[23] gloo:all_reduce", e) for e in missing.evidence)
     assert "3 collectives matched before #4" in missing.evidence[0]
     assert not by_id(found, "flightrec.collective-mismatch")
 
 
 def _without_frames(groups: list[dict]) -> list[dict]:
+    """Without what differs by right: frames (pickle only) and gloo's completion counter,
+    which may move between the two dumps."""
     for g in groups:
         for d in g["divergences"]:
             for t in d["culprits"]:
-                t["where"], t["stack"] = None, []
+                t.update(where=None, stack=[], completed_seq=None, completed_op=None)
     return groups
 
 
