@@ -364,7 +364,9 @@ class Analysis:
         return skipped
 
     def _fold_p2p(self, group: _Group, e: dict[str, Any], seq: int, sig: Sig) -> None:
-        """Send ``a->b`` / recv ``b<-a`` (group ranks, ProcessGroupNCCL's profiling title)."""
+        """Send ``a->b`` / recv ``b<-a`` in group ranks: ProcessGroupNCCL::send and ::recv name
+        them ``c10::str("nccl:recv ", rank_, "<-", srcRank)`` (torch/csrc/distributed/c10d/
+        ProcessGroupNCCL.cpp), see docs/flight-recorder.md#reading."""
         meta = str(e.get("profiling_name")).split(" ", 1)
         if len(meta) != 2:
             return
