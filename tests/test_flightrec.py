@@ -322,3 +322,13 @@ def test_the_ops_of_a_coalesced_collective_are_compared_as_one(dumps):
     [mismatch] = by_id(run_checks("flightrec", reading(16)), "flightrec.collective-mismatch")
     assert "collective #5 (coalesced(all_reduce, all_reduce, coalesced))" in mismatch.title
     assert any("[[16]]" in e for e in mismatch.evidence)
+
+
+def test_the_committed_genuine_dumps_name_the_skipping_rank(fixtures):
+    """tests/fixtures/flightrec/gloo-skip (see its README): the dumps bench/fr.py is built from."""
+    reading = analyse(sorted((fixtures / "flightrec" / "gloo-skip").glob("nccl_trace_rank_*")))
+    assert all(d.error is None for d in reading.dumps)
+    [group] = reading.groups
+    [d] = group.divergences
+    assert (d.kind, d.seq, d.op, d.missing) == ("missing", 4, "all_reduce", [1])
+    assert d.culprits[0].last_seq == 3 and d.culprits[0].stack
