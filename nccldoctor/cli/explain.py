@@ -15,7 +15,9 @@ from nccldoctor.report import Report
 def explain(
     logs: Annotated[
         list[str],
-        typer.Argument(help="Log files, folders (recursive), globs, .gz files, or - for stdin."),
+        typer.Argument(
+            help="Log files, Flight Recorder dumps, folders (recursive), globs, .gz files, or - for stdin."
+        ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     html: Annotated[
@@ -30,7 +32,7 @@ def explain(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
-    """Explain NCCL_DEBUG=INFO logs. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    """Explain NCCL_DEBUG=INFO logs and Flight Recorder dumps. Exit 0 healthy, 1 a finding failed, 2 usage."""
     from nccldoctor.explain import explain as explain_logs
     from nccldoctor.ncclog import InputError, expand_inputs
 

@@ -146,6 +146,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over what `nccldoctor watch` saw of your own job",
         "nccldoctor watch -- CMD...",
     ),
+    "flightrec": (
+        "over PyTorch Flight Recorder dumps matched across ranks (`nccldoctor explain`, and "
+        "inside `nccldoctor watch` and `nccldoctor check`)",
+        "nccldoctor explain nccl_trace_rank_*",
+    ),
 }
 
 

@@ -65,6 +65,12 @@ def test_stalled_rank_is_named_with_its_step(tmp_path):
     ahead = next(r for r in report["ranks"] if r["rank"] == 0)
     assert behind["last_collective_seq"] < ahead["last_collective_seq"]  # Flight Recorder
     assert report["hang"]["stuck"]
+    # the ranks' dumps matched across them name the collective rank 1 never joined
+    fr = next(f for f in report["findings"] if f["id"] == "flightrec.ranks-missing")
+    assert fr["rank"] == 1
+    assert f"never joined collective #{ahead['last_collective_seq']} (" in fr["title"]
+    [group] = report["flight_recorder"]["groups"]
+    assert group["divergences"][0]["missing"] == [1]
 
 
 def test_raising_rank_is_the_cause_and_exit_code_passes_through(tmp_path):

@@ -76,6 +76,8 @@ def build_node_report(
     findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
+    flight_recorder, fr_findings = flight_recorder_section(run.ranks)
+    findings += fr_findings
     run.observed.network = run.facts.network if run.facts else None
     run.observed.aborted = run.aborted
     findings += run_checks("run", run.observed, node=run.node)
@@ -110,6 +112,7 @@ def build_node_report(
             ),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
+            "flight_recorder": flight_recorder,
             "cluster": merge.cluster_section(config.master, world, {}),
             "timeouts": config.timeouts.to_dict(),
             "run": {
@@ -142,6 +145,19 @@ def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
         return None, []
     summary, findings = explain(sources, jobs=1)
     return summary, findings
+
+
+def flight_recorder_section(
+    ranks: list[dict[str, Any]],
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The Flight Recorder dumps the monitor collected from stuck ranks, matched across them."""
+    from pathlib import Path
+
+    from nccldoctor.explain import explain_dumps
+
+    return explain_dumps(
+        [(Path(r["flight_recorder"]), r["rank"]) for r in ranks if r.get("flight_recorder")]
+    )
 
 
 def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
