@@ -87,6 +87,7 @@ class TestRun:
     out_of_bounds: int | None = None
     avg_busbw: float | None = None
     failures: list[str] = field(default_factory=list)  # Test NCCL/CUDA failure, Test timeout
+    network: str | None = None  # "Socket", "IB": NCCL INFO lines inside the output say it
     concluded: bool = False  # the footer was reached
     error: str | None = None  # why the file could not be read (JSON only)
 
@@ -189,6 +190,13 @@ _LINES: tuple[tuple[re.Pattern[str], Callable[[TestRun, re.Match[str]], None], b
     (re.compile(r"# Collective test starting: (?P<t>\S+)"), _set("test", "t"), True),
     (re.compile(r"# nccl-tests version (?P<v>\S+)"), _set("version", "v"), True),
     (re.compile(r"^NCCL version (?P<v>[\d.]+)"), _set("nccl_version", "v"), False),
+    # NCCL's own lines between the rows (init.cc "Using network %s"; before 2.12 only the
+    # transport's "NET/Socket : Using" / "NET/IB : Using")
+    (
+        re.compile(r"NCCL INFO (?:Using network |NET/)(?P<n>IB|Socket)\b"),
+        _set("network", "n"),
+        False,
+    ),
     (
         re.compile(r"\S: Test (?:NCCL|CUDA) failure |\S: Test timeout \(|^NCCL failure "),
         _failure,
@@ -196,6 +204,8 @@ _LINES: tuple[tuple[re.Pattern[str], Callable[[TestRun, re.Match[str]], None], b
     ),
 )
 _PREFILTER = (
+    "Using network",
+    "NET/",
     "nThread",
     "Rank",
     "Out of bounds",
@@ -391,3 +401,27 @@ def _half(value: Any) -> Half | None:
         _json_number(value.get("bus_bw")),
         _json_number(value.get("nwrong")),
     )
+
+
+# ---- what the rules read ----------------------------------------------------------------------
+
+
+@dataclass
+class TestsReading:
+    """The subject of the ``nccl_tests`` rules: the runs, and what else the ticket says of the
+    network they ran on."""
+
+    runs: list[TestRun]
+    log_network: str | None = None  # "Socket", "IB" ...: NCCL's log lines in the same ticket
+    link_gbytes: dict[str, float] = field(default_factory=dict)  # host -> its NICs, GB/s
+
+
+def link_gbytes(ib_rates: Iterable[str], nic_mbps: Iterable[int]) -> float | None:
+    """What a node's NICs carry together, in GB/s (nccl-tests' unit): its active InfiniBand/RoCE
+    ports (``rate`` "200 Gb/sec (4X HDR)") when it has any, NCCL uses them all; otherwise its
+    Ethernet links (``speed`` in Mb/s)."""
+    ib = [float(m[1]) for r in ib_rates if (m := re.match(r"\s*([\d.]+)\s*Gb/sec", r))]
+    if ib:
+        return sum(ib) / 8
+    eth = [s for s in nic_mbps if s and s > 0]
+    return sum(eth) / 8000 if eth else None
