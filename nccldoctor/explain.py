@@ -75,8 +75,8 @@ def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], lis
 
 
 # The kinds beside the logs, in the order they are read, and what reads each. Flight Recorder
-# dumps are sorted out already (nccldoctor/ticket.py); their analysis (issue 14, part 1) goes
-# in this row, and until it does, the section lists the dumps unread.
+# dumps are sorted out already (nccldoctor/ticket.py); their analysis goes in this row, and
+# until it does, the section lists the dumps unread.
 ANALYSES: dict[str, Analysis | None] = {
     "nccl_tests": _nccl_tests,
     "ras": _ras,

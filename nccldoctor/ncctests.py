@@ -1,6 +1,6 @@
 """nccl-tests output (``all_reduce_perf`` and the other ``*_perf``), text and ``-J`` JSON, as data.
 
-Every era's format is in [the formats page](../docs/nccl-tests-formats.md); each line kind is one
+Every era's format is in the formats page (docs/nccl-tests-formats.md#nccl-tests); each line kind is one
 row of ``_LINES`` (a regex and what it fills), the table by its own header: the column names of
 the ``#  size count type ...`` line say where each row's numbers are, so the old ``error``
 column, ``-C`` (``cputime``), ``-I 1`` (``i_min`` ...) and ``-S`` (a trailing timestamp) need no

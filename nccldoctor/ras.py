@@ -2,7 +2,7 @@
 each error or warning RAS printed with the ranks and processes it names.
 
 The text format is NCCL's src/ras/client_support.cc (``rasOutAppend`` calls), described in
-[the formats page](../docs/nccl-tests-formats.md#ras); each detail line kind is one row of
+the formats page (docs/nccl-tests-formats.md#ras); each detail line kind is one row of
 ``_DETAILS``. It judges nothing: the rules are ``checks/ras.py``. Bad input never raises: what
 cannot be read is left out and ``error`` says why (JSON).
 """

@@ -146,6 +146,14 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over what `nccldoctor watch` saw of your own job",
         "nccldoctor watch -- CMD...",
     ),
+    "nccl_tests": (
+        "over the nccl-tests output in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain all_reduce_perf.txt",
+    ),
+    "ras": (
+        "over the NCCL RAS output (`ncclras`) in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain ncclras.txt",
+    ),
 }
 
 
