@@ -1,7 +1,7 @@
 """Rules over nccl-tests output (scope ``nccl_tests``): wrong values, failure lines, the bus
 bandwidth against what the network can carry, and a table read only in part.
 
-The subject is a :class:`~nccldoctor.ncctests.TestsReading`: the parsed runs, the network NCCL's
+The subject is a :class:`~nccldoctor.ncctests.PerfReading`: the parsed runs, the network NCCL's
 own log lines in the same ticket name, and each node's NIC capacity where a node report says it.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from checks import Problem, check
 from checks.signatures import match_line
 from nccldoctor.model import Severity
-from nccldoctor.ncctests import TestRun, TestsReading
+from nccldoctor.ncctests import PerfReading, PerfRun
 
 MAX_EVIDENCE = 12
 # a run that reaches under half of what its NICs carry is worth a look (nccl-tests'
@@ -20,21 +20,21 @@ MAX_EVIDENCE = 12
 SLOW_FRACTION = 0.5
 
 
-def _name(run: TestRun) -> str:
+def _name(run: PerfRun) -> str:
     test = run.test or "nccl-tests"
     hosts = run.hosts
     where = f" on {len(hosts)} nodes" if len(hosts) > 1 else (f" on {hosts[0]}" if hosts else "")
     return f"{test}{where} ({run.source})"
 
 
-def _multi_node(run: TestRun) -> bool:
+def _multi_node(run: PerfRun) -> bool:
     return len(run.hosts) > 1
 
 
 @check(
     "nccl_tests.data-corruption", area="nccl_tests", category="data_corruption", scope="nccl_tests"
 )
-def data_corruption(reading: TestsReading) -> Iterator[Problem]:
+def data_corruption(reading: PerfReading) -> Iterator[Problem]:
     """nccl-tests found wrong values (``#wrong`` or ``Out of bounds values``): data corruption."""
     for run in reading.runs:
         wrong = run.wrong_rows()
@@ -62,7 +62,7 @@ def data_corruption(reading: TestsReading) -> Iterator[Problem]:
 
 
 @check("nccl_tests.test-failed", area="nccl_tests", category="other", scope="nccl_tests")
-def test_failed(reading: TestsReading) -> Iterator[Problem]:
+def test_failed(reading: PerfReading) -> Iterator[Problem]:
     """nccl-tests stopped with ``Test NCCL failure``, ``Test CUDA failure`` or ``Test timeout``."""
     for run in reading.runs:
         if not run.failures:
@@ -85,7 +85,7 @@ def test_failed(reading: TestsReading) -> Iterator[Problem]:
 
 
 @check("nccl_tests.socket-transport", area="nccl_tests", category="bandwidth", scope="nccl_tests")
-def socket_transport(reading: TestsReading) -> Iterator[Problem]:
+def socket_transport(reading: PerfReading) -> Iterator[Problem]:
     """A multi-node nccl-tests run went over TCP sockets (``NET/Socket``), not InfiniBand/RoCE."""
     for run in reading.runs:
         # the output's own NCCL lines first; else what the ticket's logs say of the job
@@ -113,7 +113,7 @@ def socket_transport(reading: TestsReading) -> Iterator[Problem]:
 
 
 @check("nccl_tests.below-link", area="nccl_tests", category="bandwidth", scope="nccl_tests")
-def below_link(reading: TestsReading) -> Iterator[Problem]:
+def below_link(reading: PerfReading) -> Iterator[Problem]:
     """A multi-node run's peak bus bandwidth is far below what the nodes' NICs carry."""
     for run in reading.runs:
         peak = run.peak_busbw
@@ -142,7 +142,7 @@ def below_link(reading: TestsReading) -> Iterator[Problem]:
 
 
 @check("nccl_tests.read-in-part", area="nccl_tests", category="other", scope="nccl_tests")
-def read_in_part(reading: TestsReading) -> Iterator[Problem]:
+def read_in_part(reading: PerfReading) -> Iterator[Problem]:
     """An nccl-tests output was cut short (a row cut mid-way, no footer) or is unreadable."""
     for run in reading.runs:
         if run.error:
@@ -163,7 +163,7 @@ def read_in_part(reading: TestsReading) -> Iterator[Problem]:
 
 
 @check("nccl_tests.result", area="nccl_tests", category="bandwidth", scope="nccl_tests")
-def result(reading: TestsReading) -> Iterator[Problem]:
+def result(reading: PerfReading) -> Iterator[Problem]:
     """What each nccl-tests run measured: its peak and average bus bandwidth."""
     for run in reading.runs:
         peak = run.peak_busbw

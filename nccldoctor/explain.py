@@ -51,14 +51,14 @@ def _text(attachment: Attachment) -> tuple[str, bool]:
 
 
 def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
-    runs: list[ncctests.TestRun] = []
+    runs: list[ncctests.PerfRun] = []
     for f in files:
         text, _cut = _text(f)
         if text.lstrip().startswith("{"):
             runs.append(ncctests.parse_json(text, f.name))
         else:
             runs.extend(ncctests.parse_text(text.splitlines(), f.name))
-    reading = ncctests.TestsReading(runs, context.get("network"), context.get("links", {}))
+    reading = ncctests.PerfReading(runs, context.get("network"), context.get("links", {}))
     section = {"runs": [r.to_dict() for r in runs], "link_gbytes": reading.link_gbytes}
     return section, run_checks("nccl_tests", reading)
 

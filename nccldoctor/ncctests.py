@@ -72,7 +72,7 @@ class Device:
 
 
 @dataclass
-class TestRun:
+class PerfRun:
     """One ``*_perf`` run: its header, table, footer and failure lines."""
 
     source: str
@@ -134,13 +134,13 @@ def _number(text: str) -> float | None:
     return value if value == value else None  # "nan" is no value
 
 
-def _settings(run: TestRun, m: re.Match[str]) -> None:
+def _settings(run: PerfRun, m: re.Match[str]) -> None:
     # "nThread 1 nGpus 2 minBytes 8 ... step: 2(factor) warmup iters: 5" as key/value pairs
     pairs = re.findall(r"([A-Za-z][\w ]*?):?\s+(-?\d+(?:\(\w+\))?)", m.group("rest"))
     run.settings = {k.strip(): v for k, v in pairs}
 
 
-def _device(run: TestRun, m: re.Match[str]) -> None:
+def _device(run: PerfRun, m: re.Match[str]) -> None:
     run.devices.append(
         Device(
             int(m["rank"]),
@@ -152,30 +152,30 @@ def _device(run: TestRun, m: re.Match[str]) -> None:
     )
 
 
-def _oob(run: TestRun, m: re.Match[str]) -> None:
+def _oob(run: PerfRun, m: re.Match[str]) -> None:
     run.out_of_bounds = int(m["n"])
 
 
-def _avg(run: TestRun, m: re.Match[str]) -> None:
+def _avg(run: PerfRun, m: re.Match[str]) -> None:
     run.avg_busbw = _number(m["bw"])
     run.concluded = True
 
 
-def _set(attr: str, group: str) -> Callable[[TestRun, re.Match[str]], None]:
-    def fill(run: TestRun, m: re.Match[str]) -> None:
+def _set(attr: str, group: str) -> Callable[[PerfRun, re.Match[str]], None]:
+    def fill(run: PerfRun, m: re.Match[str]) -> None:
         setattr(run, attr, m[group])
 
     return fill
 
 
-def _failure(run: TestRun, m: re.Match[str]) -> None:
+def _failure(run: PerfRun, m: re.Match[str]) -> None:
     run.failures.append(m.string.strip())
 
 
 # The line kinds, each from its format string (nccl-tests src/util.cu, src/common.cu,
 # src/common.h; v1.0.0 and v2.0.0 src/common.cu for the old header and device lines), and
 # whether the kind opens a run (a second run's opening lines start a new one).
-_LINES: tuple[tuple[re.Pattern[str], Callable[[TestRun, re.Match[str]], None], bool], ...] = (
+_LINES: tuple[tuple[re.Pattern[str], Callable[[PerfRun, re.Match[str]], None], bool], ...] = (
     (re.compile(r"#?\s*nThreads?:? (?P<rest>.*nGpus.*)"), _settings, True),
     (
         re.compile(
@@ -268,11 +268,11 @@ class _Table:
         )
 
 
-def parse_text(lines: Iterable[str], source: str) -> list[TestRun]:
+def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
     """Every run in ``lines``: a run's opening lines (its version, test name, settings) after
     another run's settings or rows start the next one."""
-    runs: list[TestRun] = []
-    run: TestRun | None = None
+    runs: list[PerfRun] = []
+    run: PerfRun | None = None
     table: _Table | None = None
     for raw in lines:
         line = _MPI_PREFIX.sub("", raw.rstrip("\r\n"))
@@ -289,7 +289,7 @@ def parse_text(lines: Iterable[str], source: str) -> list[TestRun]:
         header = _HEADER.match(line) or (table is None and _UNITS.match(line))
         if header:
             if run is None or run.rows:
-                run = TestRun(source)
+                run = PerfRun(source)
                 runs.append(run)
             table = _Table(line if header.re is _HEADER else _TODAY)
             run.wrong_column = table.wrong
@@ -301,7 +301,7 @@ def parse_text(lines: Iterable[str], source: str) -> list[TestRun]:
             if m is None:
                 continue
             if run is None or (opens and (run.settings or run.rows)):
-                run, table = TestRun(source), None
+                run, table = PerfRun(source), None
                 runs.append(run)
             fill(run, m)
             break
@@ -316,9 +316,9 @@ def is_json_document(data: Any) -> bool:
     return isinstance(data, dict) and "results" in data and ("config" in data or "args" in data)
 
 
-def parse_json(text: str, source: str) -> TestRun:
+def parse_json(text: str, source: str) -> PerfRun:
     """The run in a ``-J`` document; ``error`` says why when it is not one."""
-    run = TestRun(source)
+    run = PerfRun(source)
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -407,11 +407,11 @@ def _half(value: Any) -> Half | None:
 
 
 @dataclass
-class TestsReading:
+class PerfReading:
     """The subject of the ``nccl_tests`` rules: the runs, and what else the ticket says of the
     network they ran on."""
 
-    runs: list[TestRun]
+    runs: list[PerfRun]
     log_network: str | None = None  # "Socket", "IB" ...: NCCL's log lines in the same ticket
     link_gbytes: dict[str, float] = field(default_factory=dict)  # host -> its NICs, GB/s
 
