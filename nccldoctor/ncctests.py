@@ -337,7 +337,7 @@ def parse_json(text: str, source: str) -> PerfRun:
     config = data.get("config")
     if isinstance(config, dict):
         run.settings = {str(k): str(v) for k, v in config.items() if not isinstance(v, list)}
-        for d in config.get("devices") or []:
+        for d in _list(config.get("devices")):
             if isinstance(d, dict) and isinstance(d.get("rank"), int):
                 run.devices.append(
                     Device(
@@ -349,7 +349,7 @@ def parse_json(text: str, source: str) -> PerfRun:
                     )
                 )
     run.wrong_column = "#wrong"
-    for entry in data.get("results") or []:
+    for entry in _list(data.get("results")):
         if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
             run.cut_rows += 1
             continue
@@ -371,7 +371,7 @@ def parse_json(text: str, source: str) -> PerfRun:
     if isinstance(avg, dict):
         run.avg_busbw = _json_number(avg.get("bandwidth"))
         run.concluded = True
-    for error in data.get("errors") or []:
+    for error in _list(data.get("errors")):
         if isinstance(error, str) and error:
             run.failures.append(error)
     return run
@@ -425,3 +425,8 @@ def link_gbytes(ib_rates: Iterable[str], nic_mbps: Iterable[int]) -> float | Non
         return sum(ib) / 8
     eth = [s for s in nic_mbps if s and s > 0]
     return sum(eth) / 8000 if eth else None
+
+
+def _list(value: Any) -> list[Any]:
+    """A list a document holds, or none: a key of the wrong type is no data."""
+    return value if isinstance(value, list) else []

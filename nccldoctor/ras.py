@@ -177,10 +177,12 @@ def parse_json(text: str, source: str) -> RasReport:
         return report
     report.nccl_version = _s(data.get("nccl_version"))
     nodes: set[str] = set()
-    for index, comm in enumerate(c for c in data.get("communicators") or [] if isinstance(c, dict)):
+    for index, comm in enumerate(
+        c for c in _list(data.get("communicators")) if isinstance(c, dict)
+    ):
         name, comm_hash = f"#{index}", _s(comm.get("hash"))
-        ranks = [r for r in comm.get("ranks") or [] if isinstance(r, dict)]
-        missing = [r for r in comm.get("missing_ranks") or [] if isinstance(r, dict)]
+        ranks = [r for r in _list(comm.get("ranks")) if isinstance(r, dict)]
+        missing = [r for r in _list(comm.get("missing_ranks")) if isinstance(r, dict)]
         nodes |= {str(r.get("host")) for r in ranks + missing if r.get("host")}
         if missing:
             dead = [r for r in missing if _status(r).get("considered_dead") is True]
@@ -245,3 +247,8 @@ def _peer(rank: dict[str, Any]) -> Peer:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     return Peer(num("rank"), num("pid"), _s(rank.get("host")), _s(num("cuda_dev")))
+
+
+def _list(value: Any) -> list[Any]:
+    """A list a document holds, or none: a key of the wrong type is no data."""
+    return value if isinstance(value, list) else []

@@ -165,3 +165,14 @@ def test_odd_input_never_raises(junk):
     runs = parse_text(junk.splitlines(), "junk")
     run_checks("nccl_tests", PerfReading(runs))
     assert parse_json(junk, "junk").error
+
+
+@pytest.mark.parametrize(
+    "document",
+    ['{"results": 3, "config": 4, "errors": 5}',
+     '{"results": [3, {"size": "x"}], "config": {"devices": 7}, "out_of_bounds": 4, "args": 5}'],
+)  # fmt: skip
+def test_json_of_the_wrong_shape_is_read_as_far_as_it_goes(document):
+    run = parse_json(document, "odd.json")
+    assert run.rows == [] and run.devices == []
+    run_checks("nccl_tests", PerfReading([run]))
