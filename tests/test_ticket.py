@@ -1,0 +1,139 @@
+"""A ticket's attachments: sorted by kind, archives unpacked under caps, one JSON section per
+kind from `nccldoctor explain`."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nccldoctor import ticket as ticket_module
+from nccldoctor.cli.app import app
+from nccldoctor.ticket import open_ticket
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TESTS = FIXTURES / "nccl_tests"
+RAS = FIXTURES / "ras"
+LOG = next((FIXTURES / "logs" / "v2.21-ib-gdr-2node").iterdir())
+runner = CliRunner()
+
+
+def kinds(t) -> dict[str, list[str]]:
+    return {k: sorted(Path(n).name for n in v) for k, v in t.summary()["kinds"].items()}
+
+
+def test_each_file_is_sorted_by_its_kind(tmp_path):
+    folder = tmp_path / "ticket"
+    folder.mkdir()
+    for src in (TESTS / "nccl-tests-131-socket.txt", TESTS / "nccl-tests-287-alltoall.txt",
+                RAS / "nccl-1911-mismatch.txt", RAS / "nccl-docs-ras.json", LOG):  # fmt: skip
+        (folder / src.name).write_bytes(src.read_bytes())
+    # the shape of a Flight Recorder dump: a pickled dict with PyTorch's keys
+    dump = {"version": "2.4", "pg_config": {}, "pg_status": {}, "entries": []}
+    (folder / "nccl_trace_rank_0").write_bytes(pickle.dumps(dump, protocol=4))
+    (folder / "core").write_bytes(b"\x7fELF\x00\x00" * 10)
+    t = open_ticket([str(folder)], tmp_path / "work")
+    found = kinds(t)
+    assert found["flight_recorder"] == ["nccl_trace_rank_0"]
+    assert found["nccl_tests"] == ["nccl-tests-131-socket.txt", "nccl-tests-287-alltoall.txt"]
+    assert found["ras"] == ["nccl-1911-mismatch.txt", "nccl-docs-ras.json"]
+    # an nccl-tests output with NCCL's lines in it is a log too
+    assert found["logs"] == sorted([LOG.name, "nccl-tests-131-socket.txt"])
+    assert [Path(n).name for n, _ in t.skipped] == ["core"]
+
+
+def test_zip_and_tar_gz_are_unpacked_and_named_by_archive_and_member(tmp_path):
+    archive = tmp_path / "attachments.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(TESTS / "nccl-tests-322-failure.txt", "node1/perf.txt")
+        z.write(RAS / "nccl-docs-dead.txt", "ras.txt")
+    outer = tmp_path / "ticket.tar.gz"
+    with tarfile.open(outer, "w:gz") as tar:
+        tar.add(archive, "attachments.zip")
+        tar.add(LOG, "logs/rank0.log")
+    t = open_ticket([str(outer)], tmp_path / "work")
+    names = sorted(f.name for f in t.files)
+    assert names == [
+        f"{outer}:attachments.zip:node1/perf.txt",
+        f"{outer}:attachments.zip:ras.txt",
+        f"{outer}:logs/rank0.log",
+    ]
+    assert all(Path(f.path).is_relative_to(tmp_path / "work") for f in t.files)
+
+
+def test_members_that_leave_the_archive_and_links_are_not_unpacked(tmp_path):
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name in ("../escape.txt", "/abs.txt", "ok.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 5
+            tar.addfile(info, io.BytesIO(b"NCCL\n"))
+        link = tarfile.TarInfo("passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    t = open_ticket([str(archive)], tmp_path / "work")
+    assert [f.name.rsplit(":", 1)[1] for f in t.files] == ["ok.txt"]
+    assert {n.rsplit(":", 1)[1] for n, _ in t.skipped} == {"../escape.txt", "/abs.txt"}
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_zip_bomb_is_read_up_to_the_cap_and_said(tmp_path, monkeypatch):
+    monkeypatch.setattr(ticket_module, "MAX_UNPACKED_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.log", b"NCCL INFO x\n" * (1 << 20))  # 12 MiB of text, a few KiB zipped
+        z.writestr("b.log", b"never read\n")
+    assert bomb.stat().st_size < 100_000
+    t = open_ticket([str(bomb)], tmp_path / "work")
+    (unpacked,) = t.files
+    assert unpacked.size == 1 << 20
+    assert any("read in part" in why for _, why in t.skipped)
+
+
+def test_a_damaged_archive_keeps_what_came_before_the_damage(tmp_path):
+    good = tmp_path / "t.tar.gz"
+    with tarfile.open(good, "w:gz") as tar:
+        tar.add(TESTS / "nccl-tests-287-alltoall.txt", "a.txt")
+        tar.add(RAS / "nccl-1911-mismatch.txt", "b.txt")
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size - 40])
+    t = open_ticket([str(cut)], tmp_path / "work")
+    assert [f.name for f in t.files] == [f"{cut}:a.txt"]
+    assert [why.split(":")[0] for _, why in t.skipped] == ["archive damaged"]
+
+
+def test_explain_json_has_one_section_per_kind(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for src in (TESTS / "nccl-398-socket-two-nodes.txt", RAS / "nccl-docs-dead.txt"):
+        (folder / src.name).write_bytes(src.read_bytes())
+    dump = {"version": "2.4", "pg_config": {}, "entries": []}
+    (folder / "nccl_trace_rank_1.json").write_text(json.dumps(dump))
+    result = runner.invoke(app, ["explain", "--json", str(folder)])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["nccl_tests"]["runs"][0]["hosts"] == ["ip-172-31-0-112", "ip-172-31-13-129"]
+    assert document["ras"]["outputs"][0]["entries"]
+    assert document["flight_recorder"] == {
+        "files": [str(folder / "nccl_trace_rank_1.json")], "analysed": False
+    }  # fmt: skip
+    assert document["area_status"]["nccl_tests"] == "1 file"
+    found = {f["id"] for f in document["findings"]}
+    assert {"nccl_tests.socket-transport", "ras.dead"} <= found
+    # today's keys stay, from the log lines of the nccl-tests output
+    assert document["nccl"]["nccl_version"] == "2.4.8" and "network" in document
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80\x04garbage", b"{not json", b"PK\x03\x04junk"])
+def test_odd_files_never_crash_explain(tmp_path, content):
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(content)
+    result = runner.invoke(app, ["explain", "--json", str(odd)])
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output
