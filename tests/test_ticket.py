@@ -137,3 +137,28 @@ def test_odd_files_never_crash_explain(tmp_path, content):
     result = runner.invoke(app, ["explain", "--json", str(odd)])
     assert result.exit_code in (0, 1), result.output
     assert "Traceback" not in result.output
+
+
+def test_the_html_report_shows_each_kind(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-1911-mismatch.txt"):
+        (folder / src.name).write_bytes(src.read_bytes())
+    (folder / "nccl_trace_rank_0").write_bytes(
+        pickle.dumps({"version": "2.4", "pg_config": {}, "entries": []}, protocol=2)
+    )
+    page = tmp_path / "r.html"
+    result = runner.invoke(app, ["explain", str(folder), "--html", str(page)])
+    assert result.exit_code == 1, result.output
+    html = page.read_text()
+    assert '<h2 id="nccl-tests">' in html and "367.44" in html
+    assert '<h2 id="ras">' in html and "fa93daea854b060b" in html
+    assert '<h2 id="flight-recorder">' in html and "not analysed" in html
+
+
+def test_the_html_view_tolerates_sections_of_the_wrong_shape():
+    from nccldoctor.views.html import render_document_html
+
+    document = {"nccl_tests": {"runs": [{"rows": [{"out_of_place": 3}], "hosts": []}, 7]},
+                "ras": {"outputs": "x"}, "flight_recorder": [], "attachments": {"skipped": 1}}  # fmt: skip
+    assert "<html" in render_document_html(document)

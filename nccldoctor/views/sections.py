@@ -276,3 +276,23 @@ def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, st
                 (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))
             )
     return out
+
+
+def perf_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nccl-tests runs of an explain document, each with its rows flattened for a table."""
+    runs = []
+    for run in items(section(document, "nccl_tests").get("runs")):
+        rows = []
+        for row in items(run.get("rows")):
+            cells = [row.get("size"), row.get("type") or "", row.get("redop") or ""]
+            for side in ("out_of_place", "in_place"):
+                half = row.get(side) if isinstance(row.get(side), dict) else {}
+                cells += [half.get(k) for k in ("time_us", "algbw", "busbw", "wrong")]
+            rows.append(cells)
+        runs.append({**run, "table": rows})
+    return runs
+
+
+def ras_outputs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The NCCL RAS outputs of an explain document."""
+    return items(section(document, "ras").get("outputs"))
