@@ -176,3 +176,13 @@ def test_json_of_the_wrong_shape_is_read_as_far_as_it_goes(document):
     run = parse_json(document, "odd.json")
     assert run.rows == [] and run.devices == []
     run_checks("nccl_tests", PerfReading([run]))
+
+
+def test_a_failure_line_carrying_ncclgetlasterror_is_matched_in_the_catalogue():
+    # derived from nccl-tests-322's line shape: 2.13+ append ncclGetLastError(), the last WARN
+    line = ("HCA-1: Test NCCL failure common.cu:1204 'unhandled system error (run with "
+            "NCCL_DEBUG=INFO for details) / Bootstrap : no socket interface found'")  # fmt: skip
+    (run,) = read("failure", line + "\n")
+    (found,) = ids(PerfReading([run]))["nccl_tests.test-failed"]
+    assert found.title.endswith("NCCL bootstrap found no usable network interface")
+    assert found.category == "interface_selection" and "NCCL_SOCKET_IFNAME" in found.fix
