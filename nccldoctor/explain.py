@@ -25,6 +25,7 @@ from nccldoctor.ticket import Attachment, Ticket, read_text
 
 # nccl-tests and ncclras outputs are small; a file past this is read up to it, and says so
 MAX_TEXT_BYTES = 64 << 20
+_CUT = f"longer than {MAX_TEXT_BYTES >> 20} MiB: read up to there"
 
 Context = dict[str, Any]  # what one kind's reading lends the others: the log's network, NICs
 Analysis = Callable[[list[Attachment], Context], tuple[dict[str, Any], list[Finding]]]
@@ -53,11 +54,14 @@ def _text(attachment: Attachment) -> tuple[str, bool]:
 def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
     runs: list[ncctests.PerfRun] = []
     for f in files:
-        text, _cut = _text(f)
+        text, cut = _text(f)
         if text.lstrip().startswith("{"):
-            runs.append(ncctests.parse_json(text, f.name))
+            read = [ncctests.parse_json(text, f.name)]
         else:
-            runs.extend(ncctests.parse_text(text.splitlines(), f.name))
+            read = ncctests.parse_text(text.splitlines(), f.name)
+        for run in read:
+            run.error = run.error or (_CUT if cut else None)
+        runs.extend(read)
     reading = ncctests.PerfReading(runs, context.get("network"), context.get("links", {}))
     section = {"runs": [r.to_dict() for r in runs], "link_gbytes": reading.link_gbytes}
     return section, run_checks("nccl_tests", reading)
@@ -66,11 +70,13 @@ def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, An
 def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
     reports = []
     for f in files:
-        text, _cut = _text(f)
+        text, cut = _text(f)
         if text.lstrip().startswith("{"):
-            reports.append(ras.parse_json(text, f.name))
+            report = ras.parse_json(text, f.name)
         else:
-            reports.append(ras.parse_text(text.splitlines(), f.name))
+            report = ras.parse_text(text.splitlines(), f.name)
+        report.error = report.error or (_CUT if cut else None)
+        reports.append(report)
     return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reports)
 
 

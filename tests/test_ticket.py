@@ -162,3 +162,34 @@ def test_the_html_view_tolerates_sections_of_the_wrong_shape():
     document = {"nccl_tests": {"runs": [{"rows": [{"out_of_place": 3}], "hosts": []}, 7]},
                 "ras": {"outputs": "x"}, "flight_recorder": [], "attachments": {"skipped": 1}}  # fmt: skip
     assert "<html" in render_document_html(document)
+
+
+def test_an_outsized_output_is_read_up_to_the_cap_and_said(tmp_path, monkeypatch):
+    from nccldoctor import explain as explain_module
+    from nccldoctor.explain import explain_ticket
+
+    monkeypatch.setattr(explain_module, "MAX_TEXT_BYTES", 2000)
+    big = tmp_path / "all_reduce_perf.txt"
+    body = (TESTS / "nccl-1039-allreduce-cut.txt").read_text()
+    big.write_text(body + (body.splitlines()[-1] + "\n") * 100)
+    extra, findings = explain_ticket(open_ticket([str(big)], tmp_path / "w"))
+    (run,) = extra["nccl_tests"]["runs"]
+    assert run["error"].endswith("read up to there") and run["rows"]
+    assert any(f.id == "nccl_tests.read-in-part" and "read up to there" in f.title
+               for f in findings)  # fmt: skip
+
+
+def test_the_explain_document_of_a_ticket_is_valid_against_the_schema(tmp_path):
+    from tests.report.helpers import validate_report
+
+    archive = tmp_path / "t.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-docs-dead.txt", LOG):
+            z.write(src, src.name)
+        z.writestr("core", b"\x00" * 10)
+    result = runner.invoke(app, ["explain", "--json", str(archive)])
+    document = json.loads(result.stdout)
+    assert validate_report(document) == []
+    assert document["attachments"]["skipped"] == [
+        {"name": f"{archive}:core", "why": "not a kind nccldoctor reads (binary)"}
+    ]
