@@ -186,3 +186,20 @@ def test_a_failure_line_carrying_ncclgetlasterror_is_matched_in_the_catalogue():
     (found,) = ids(PerfReading([run]))["nccl_tests.test-failed"]
     assert found.title.endswith("NCCL bootstrap found no usable network interface")
     assert found.category == "interface_selection" and "NCCL_SOCKET_IFNAME" in found.fix
+
+
+def test_cputime_per_iteration_and_timestamp_columns_map_by_the_header():
+    # the -C -I 1 -S header as src/util.cu writeResultHeader prints it (no public output found);
+    # the row as writeBenchmarkLinePreamble/Body/writePerIterReport/writeTimestamp print it
+    names = ("size", "count", "type", "redop", "root", "cputime", "algbw", "busbw", "#wrong",
+             "i_min", "i_max", "i_p99", "i_cv%", "cputime", "algbw", "busbw", "#wrong", "i_min",
+             "i_max", "i_p99", "i_cv%")  # fmt: skip
+    header = "# " + "  ".join(names) + "  timestamp"  # cells are whitespace-separated
+    row = ("     1048576        262144     float     sum      -1    51.20   20.48   38.40      0"
+           "    50.10    55.00    54.90     2.10    50.90   20.60   38.62      1    50.00    "
+           "54.00    53.80     1.90  2026-01-02 03:04:05")  # fmt: skip
+    (run,) = read("flags", "\n".join(["# nThread 1 nGpus 1 minBytes 8", header, row]) + "\n")
+    (parsed,) = run.rows
+    assert parsed.out_of_place.time_us == 51.2 and parsed.out_of_place.busbw == 38.4
+    assert parsed.in_place.time_us == 50.9 and parsed.in_place.wrong == 1
+    assert run.wrong_rows()[0][1] == "in-place"
