@@ -53,9 +53,9 @@ def explain(
         findings=findings,
         command=["nccldoctor", *sys.argv[1:]],
         area_status={
-            area: _count(len(ticket.of_kind(kind)))
-            for area, kind in (("logs", "logs"), ("nccl_tests", "nccl_tests"), ("ras", "ras"))
-            if ticket.of_kind(kind) or area == "logs"
+            kind: _count(len(ticket.of_kind(kind)))
+            for kind in ("logs", "nccl_tests", "ras")
+            if ticket.of_kind(kind) or (kind == "logs" and not ticket.files)
         },
         extra=extra,
     )
