@@ -1,8 +1,9 @@
 """Rules over NCCL RAS output (scope ``ras``): dead processes, communicators missing ranks,
 ranks that disagree, errors, and timeouts while RAS gathered its data.
 
-The subject is a list of :class:`~nccldoctor.ras.RasReport`, one per ``ncclras`` output in the
-ticket; each rule reads the entries RAS itself put under Errors and Warnings.
+The subject is a :class:`~nccldoctor.ras.RasReading`: one report per ``ncclras`` output in the
+ticket, whose entries RAS itself put under Errors and Warnings, and where each rank's NCCL log
+in the same ticket stops, so a rank RAS names missing is shown with its log's last line.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 from checks import Problem, check
 from nccldoctor.model import Severity
-from nccldoctor.ras import Entry, Peer, RasReport
+from nccldoctor.ras import Entry, Peer, RasReading, RasReport
 
 MAX_EVIDENCE = 12
 
@@ -21,10 +22,10 @@ def _peer(p: Peer) -> str:
     return f"{rank}process {p.pid} on node {p.node} (GPU {p.gpu})"
 
 
-def _entries(reports: list[RasReport], kind: str) -> Iterator[tuple[RasReport, Entry]]:
+def _entries(reading: RasReading, kind: str) -> Iterator[tuple[RasReport, Entry]]:
     """The entries of ``kind``, each said once (repeated queries in one file repeat them)."""
     seen: set[tuple[str | None, tuple[str, ...]]] = set()
-    for report in reports:
+    for report in reading.reports:
         for entry in report.entries:
             key = (entry.comm, tuple(entry.lines))
             if kind in entry.kinds and key not in seen:
@@ -43,9 +44,9 @@ def _where(entry: Entry) -> tuple[str | None, int | None]:
 
 
 @check("ras.dead", area="ras", category="collective_timeout_hang", scope="ras")
-def dead(reports: list[RasReport]) -> Iterator[Problem]:
+def dead(reading: RasReading) -> Iterator[Problem]:
     """RAS considers job processes dead: unreachable for 60 s over the RAS network."""
-    for report, entry in _entries(reports, "DEAD"):
+    for report, entry in _entries(reading, "DEAD"):
         node, rank = _where(entry)
         yield Problem(
             Severity.FAIL,
@@ -63,9 +64,9 @@ def dead(reports: list[RasReport]) -> Iterator[Problem]:
 
 
 @check("ras.incomplete", area="ras", category="collective_timeout_hang", scope="ras")
-def incomplete(reports: list[RasReport]) -> Iterator[Problem]:
+def incomplete(reading: RasReading) -> Iterator[Problem]:
     """RAS got no data from some ranks of a communicator (stopped, hung or unreachable)."""
-    for report, entry in _entries(reports, "INCOMPLETE"):
+    for report, entry in _entries(reading, "INCOMPLETE"):
         missing = entry.missing_ranks or [p.rank for p in entry.peers if p.rank is not None]
         who = (
             f"rank {', '.join(map(str, missing))}"
@@ -73,10 +74,15 @@ def incomplete(reports: list[RasReport]) -> Iterator[Problem]:
             else "; ".join(_peer(p) for p in entry.peers[:4]) or "some ranks"
         )
         node, rank = _where(entry)
+        logs = [
+            f"rank {r}'s NCCL log stops at: {line}"
+            for r in missing
+            if (line := reading.last_line(entry.comm_hash, r))
+        ]
         yield Problem(
             Severity.FAIL,
             f"NCCL RAS: {entry.comm or 'the job'} is missing {who}",
-            _evidence(report, entry),
+            (logs + _evidence(report, entry))[:MAX_EVIDENCE],
             fix=(
                 "Query again (ncclras): a missing rank that stays missing is stopped or hung.\n"
                 "Get its Python stack (py-spy dump --pid PID) and its NCCL log's last lines."
@@ -87,9 +93,9 @@ def incomplete(reports: list[RasReport]) -> Iterator[Problem]:
 
 
 @check("ras.mismatch", area="ras", category="collective_timeout_hang", scope="ras")
-def mismatch(reports: list[RasReport]) -> Iterator[Problem]:
+def mismatch(reading: RasReading) -> Iterator[Problem]:
     """Ranks of a communicator disagree: different operation counts or status."""
-    for report, entry in _entries(reports, "MISMATCH"):
+    for report, entry in _entries(reading, "MISMATCH"):
         ops = ", ".join(f"{n} ranks up to op {op}" for n, op in entry.operations)
         node, rank = _where(entry)
         yield Problem(
@@ -109,9 +115,9 @@ def mismatch(reports: list[RasReport]) -> Iterator[Problem]:
 
 
 @check("ras.error", area="ras", category="other", scope="ras")
-def error(reports: list[RasReport]) -> Iterator[Problem]:
+def error(reading: RasReading) -> Iterator[Problem]:
     """Ranks of a communicator report an initialization or asynchronous NCCL error."""
-    for report, entry in _entries(reports, "ERROR"):
+    for report, entry in _entries(reading, "ERROR"):
         node, rank = _where(entry)
         yield Problem(
             Severity.FAIL,
@@ -124,9 +130,9 @@ def error(reports: list[RasReport]) -> Iterator[Problem]:
 
 
 @check("ras.timeout", area="ras", category="connect_refused_or_timeout", scope="ras")
-def timeout(reports: list[RasReport]) -> Iterator[Problem]:
+def timeout(reading: RasReading) -> Iterator[Problem]:
     """RAS timed out reaching some processes while gathering its data."""
-    for report, entry in _entries(reports, "TIMEOUT"):
+    for report, entry in _entries(reading, "TIMEOUT"):
         yield Problem(
             Severity.WARN,
             f"NCCL RAS timed out gathering data ({report.source})",
@@ -136,9 +142,9 @@ def timeout(reports: list[RasReport]) -> Iterator[Problem]:
 
 
 @check("ras.unreadable", area="ras", category="other", scope="ras")
-def unreadable(reports: list[RasReport]) -> Iterator[Problem]:
+def unreadable(reading: RasReading) -> Iterator[Problem]:
     """An ncclras output could not be read."""
-    for report in reports:
+    for report in reading.reports:
         if report.error:
             yield Problem(
                 Severity.WARN,

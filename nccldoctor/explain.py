@@ -77,7 +77,8 @@ def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], lis
             report = ras.parse_text(text.splitlines(), f.name)
         report.error = report.error or (_CUT if cut else None)
         reports.append(report)
-    return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reports)
+    reading = ras.RasReading(reports, context.get("last_lines", {}))
+    return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reading)
 
 
 # The kinds beside the logs, in the order they are read, and what reads each. Flight Recorder
@@ -112,6 +113,20 @@ def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
     return links, unread
 
 
+def _last_lines(summary: Any) -> dict[tuple[int, int], str]:
+    """Where each rank's log stops, by (communicator hash, rank), from the log summary."""
+    found: dict[tuple[int, int], str] = {}
+    for comm in (summary or {}).get("communicators") or []:
+        try:
+            comm_hash = int(comm.get("comm_id"), 16)
+        except (TypeError, ValueError):
+            continue
+        for rank in comm.get("ranks") or []:
+            if isinstance(rank.get("rank"), int) and rank.get("last_line"):
+                found[(comm_hash, rank["rank"])] = rank["last_line"]
+    return found
+
+
 def explain_ticket(
     ticket: Ticket, jobs: int | None = None, progress: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any], list[Finding]]:
@@ -124,7 +139,11 @@ def explain_ticket(
     if logs or not others:
         extra, findings = explain([Source(f.path, f.size) for f in logs], jobs, progress)
     links, unread = _node_links(ticket.of_kind("reports"))
-    context: Context = {"network": extra.get("network"), "links": links}
+    context: Context = {
+        "network": extra.get("network"),
+        "links": links,
+        "last_lines": _last_lines(extra.get("nccl")),
+    }
     for kind, analyse in ANALYSES.items():
         files = ticket.of_kind(kind)
         if not files:

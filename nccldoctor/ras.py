@@ -68,6 +68,24 @@ class RasReport:
         return asdict(self)
 
 
+@dataclass
+class RasReading:
+    """The subject of the ``ras`` rules: the outputs, and where each rank's NCCL log in the same
+    ticket stops, by communicator hash and rank (RAS prints a communicator's ``commHash``, which
+    is the ``commId 0x…`` of NCCL's ``Init COMPLETE`` line: both are ``comm->commHash``)."""
+
+    reports: list[RasReport]
+    log_last_lines: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def last_line(self, comm_hash: str | None, rank: int | None) -> str | None:
+        if comm_hash is None or rank is None:
+            return None
+        try:
+            return self.log_last_lines.get((int(comm_hash, 16), rank))
+        except ValueError:
+            return None
+
+
 _VERSION = re.compile(r"^NCCL version (?P<v>[\d.]+)")
 # The job's totals follow a "(total) ..." heading line: "%7d  %9ld  %11d  %9d  %8d" under
 # "(total)   per node  per process    (total)  (total)" for a uniform job, three totals

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checks import run_checks
-from nccldoctor.ras import parse_json, parse_text
+from nccldoctor.ras import RasReading, parse_json, parse_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ras"
 
@@ -20,7 +20,7 @@ def read(name: str):
 
 def by_id(reports) -> dict[str, list]:
     found: dict[str, list] = {}
-    for f in run_checks("ras", reports):
+    for f in run_checks("ras", RasReading(reports)):
         found.setdefault(f.id, []).append(f)
     return found
 
@@ -82,4 +82,4 @@ def test_json_dead_mismatch_and_errors_derived_from_the_guides_sample():
 @pytest.mark.parametrize("junk", ["", "{", "[]", '{"communicators": 3, "nccl_version": 1}',
                                   "Errors\n======\n  orphan detail\nDEAD\n"])  # fmt: skip
 def test_odd_input_never_raises(junk):
-    run_checks("ras", [parse_text(junk.splitlines(), "t"), parse_json(junk, "j")])
+    run_checks("ras", RasReading([parse_text(junk.splitlines(), "t"), parse_json(junk, "j")]))

@@ -193,3 +193,23 @@ def test_the_explain_document_of_a_ticket_is_valid_against_the_schema(tmp_path):
     assert document["attachments"]["skipped"] == [
         {"name": f"{archive}:core", "why": "not a kind nccldoctor reads (binary)"}
     ]
+
+
+def test_a_rank_ras_names_missing_is_shown_where_its_nccl_log_stops(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    logs = FIXTURES / "logs" / "v2.18-socket-2node"
+    for log in logs.iterdir():
+        (folder / log.name).write_bytes(log.read_bytes())
+    # derived: the user guide's INCOMPLETE entry for this job's communicator and rank 1
+    text = (RAS / "nccl-docs-dead.txt").read_text()
+    text = text.replace("cf264af53edbe986", "5b1e7a3c9d2f4e11").replace("rank: 21", "rank: 1")
+    (folder / "ncclras.txt").write_text(text)
+    result = runner.invoke(app, ["explain", "--json", str(folder)])
+    document = json.loads(result.stdout)
+    (missing,) = [
+        f for f in document["findings"] if f["title"] == "NCCL RAS: #0-0 is missing rank 1"
+    ]
+    lines = (logs / "nccl.node-b.5822.log").read_text().splitlines()
+    last_nccl = [line for line in lines if " NCCL " in line][-1]
+    assert missing["evidence"][0] == f"rank 1's NCCL log stops at: {last_nccl}"
