@@ -213,3 +213,29 @@ def test_a_rank_ras_names_missing_is_shown_where_its_nccl_log_stops(tmp_path):
     lines = (logs / "nccl.node-b.5822.log").read_text().splitlines()
     last_nccl = [line for line in lines if " NCCL " in line][-1]
     assert missing["evidence"][0] == f"rank 1's NCCL log stops at: {last_nccl}"
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (Path.touch, (Path("/tmp/nccldoctor-pwned-by-a-dump"),))
+
+
+def test_a_malicious_dump_is_sorted_by_its_bytes_never_unpickled(tmp_path):
+    marker = Path("/tmp/nccldoctor-pwned-by-a-dump")
+    marker.unlink(missing_ok=True)
+    dump = tmp_path / "nccl_trace_rank_0"
+    dump.write_bytes(pickle.dumps({"pg_config": {}, "entries": [_Exploit()]}, protocol=4))
+    result = runner.invoke(app, ["explain", "--json", str(dump)])
+    assert json.loads(result.stdout)["flight_recorder"]["files"] == [str(dump)]
+    assert not marker.exists()
+
+
+def test_an_archive_of_too_many_files_is_read_up_to_the_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(ticket_module, "MAX_MEMBERS", 3)
+    archive = tmp_path / "many.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for i in range(10):
+            z.writestr(f"rank{i}.log", "x:1:1 [0] NCCL INFO hello\n")
+    t = open_ticket([str(archive)], tmp_path / "w")
+    assert len(t.files) == 3
+    assert t.skipped == [(str(archive), "more than 3 files: the rest not read")]
