@@ -279,8 +279,10 @@ def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
         stripped = line.strip()
         if not stripped:
             continue
-        if table is not None and run is not None and stripped[0].isdigit():
-            row = table.row(stripped.split())
+        tokens = stripped.split()
+        # a row starts with its size; NCCL's own lines (host:pid:tid ...) may start with a digit
+        if table is not None and run is not None and tokens[0].isdigit():
+            row = table.row(tokens)
             if row is None:
                 run.cut_rows += 1
             else:

@@ -203,3 +203,11 @@ def test_cputime_per_iteration_and_timestamp_columns_map_by_the_header():
     assert parsed.out_of_place.time_us == 51.2 and parsed.out_of_place.busbw == 38.4
     assert parsed.in_place.time_us == 50.9 and parsed.in_place.wrong == 1
     assert run.wrong_rows()[0][1] == "in-place"
+
+
+def test_nccl_lines_between_rows_from_a_host_named_by_digits_are_no_rows():
+    text = (FIXTURES / "nccl-1039-allreduce-cut.txt").read_text().splitlines()
+    # derived: an NCCL INFO line of a host whose name starts with a digit, between two rows
+    text.insert(-1, "10-0-0-7:3423:3440 [0] NCCL INFO Channel 00/02 : 0 1 2 3")
+    (run,) = read("between", "\n".join(text) + "\n")
+    assert (len(run.rows), run.cut_rows) == (4, 0)
