@@ -11,7 +11,10 @@ function over one *subject*, named by its scope:
 - ``logs``: the summary of NCCL/PyTorch logs (one job's ranks, or pasted logs);
 - ``job``: what `nccldoctor watch` saw of the user's own job;
 - ``flightrec``: PyTorch Flight Recorder dumps matched across ranks (a ticket's, or the ones
-  `watch` and `check` collect).
+  `watch` and `check` collect);
+- ``nccl_tests``: the nccl-tests runs of a ticket, with what its logs and node facts say of
+  the network;
+- ``ras``: the NCCL RAS outputs of a ticket.
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -27,12 +30,12 @@ import pkgutil
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal["node", "cluster", "run", "ranks", "logs", "job", "flightrec"]
-SCOPES: tuple[Scope, ...] = ("node", "cluster", "run", "ranks", "logs", "job", "flightrec")
+Scope = Literal["node", "cluster", "run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras"]
+SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
 @dataclass
@@ -132,7 +135,9 @@ _NOT_CHECKS = frozenset({"signatures"})
 # The rules of these scopes live in the module of the scope's name (checks/logs.py ...), so that
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
-_SCOPE_MODULES: frozenset[str] = frozenset({"run", "ranks", "logs", "job", "flightrec"})
+_SCOPE_MODULES: frozenset[str] = frozenset(
+    {"run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras"}
+)
 
 
 def _load(scope: Scope | None = None) -> None:

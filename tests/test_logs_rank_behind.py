@@ -1,5 +1,5 @@
 """The cross-rank view of PyTorch's SeqNum: the rank whose last completed collective is lowest
-is the one behind (issue 13 part 4). Lines in the shapes of open-r1#620 and PyTorch's
+is the one behind. Lines in the shapes of open-r1#620 and PyTorch's
 Watchdog::runLoop (``[PG ID 0 PG GUID 0(default_pg) Rank N] … last completed work: N``)."""
 
 from __future__ import annotations

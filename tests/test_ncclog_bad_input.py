@@ -1,5 +1,5 @@
 """Bad input among good logs: a finding or a clear message for that file, the others still
-explained, never a traceback, never a hang (issue 13, Bad input)."""
+explained, never a traceback, never a hang."""
 
 from __future__ import annotations
 

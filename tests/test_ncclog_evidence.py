@@ -1,4 +1,4 @@
-"""Facts from whatever survives (issue 13 part 2): each headline fact comes from the best
+"""Facts from whatever survives: each headline fact comes from the best
 evidence a cut log still holds, and says which. Logs from tests/fixtures/real/ (source URLs in
 their expect.toml)."""
 

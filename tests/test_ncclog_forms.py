@@ -1,4 +1,4 @@
-"""Every form a log takes on its way into a ticket (issue 13 part 3) gives the facts the clean
+"""Every form a log takes on its way into a ticket gives the facts the clean
 rank files give: the 2.18 two-rank fixture, wrapped the way launchers, terminals, web pages and
 Markdown wrap it."""
 

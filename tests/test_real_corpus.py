@@ -1,4 +1,4 @@
-"""Score `explain` on the corpus of real logs copied out of public threads (issue 13 part 5).
+"""Score `explain` on the corpus of real logs copied out of public threads.
 
 Each ``tests/fixtures/real/<slug>/`` holds ``log.txt`` as the thread had it and ``expect.toml``,
 written by reading the log: ``source`` (the thread), and any of ``nccl_version``, ``network``,

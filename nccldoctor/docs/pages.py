@@ -151,6 +151,14 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "inside `nccldoctor watch` and `nccldoctor check`)",
         "nccldoctor explain nccl_trace_rank_*",
     ),
+    "nccl_tests": (
+        "over the nccl-tests output in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain all_reduce_perf.txt",
+    ),
+    "ras": (
+        "over the NCCL RAS output (`ncclras`) in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain ncclras.txt",
+    ),
 }
 
 

@@ -135,6 +135,11 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "hang": section(document, "hang"),
         "mnist": section(document, "mnist"),
         "rank_logs": sections.rank_logs(document),
+        "perf_runs": sections.perf_runs(document),
+        "ras_outputs": sections.ras_outputs(document),
+        "flight_recorder_files": values(section(document, "flight_recorder").get("files")),
+        "flight_recorder_groups": sections.flight_recorder_groups(document),
+        "skipped": items(section(document, "attachments").get("skipped")),
         "environments": sections.environments(document),
         "reproduce": shlex.join(str(a) for a in values(document.get("command"))),
     }

@@ -276,3 +276,46 @@ def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, st
                 (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))
             )
     return out
+
+
+def perf_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nccl-tests runs of an explain document, each with its rows flattened for a table."""
+    runs = []
+    for run in items(section(document, "nccl_tests").get("runs")):
+        rows = []
+        for row in items(run.get("rows")):
+            cells = [row.get("size"), row.get("type") or "", row.get("redop") or ""]
+            for side in ("out_of_place", "in_place"):
+                half = row.get(side) if isinstance(row.get(side), dict) else {}
+                cells += [half.get(k) for k in ("time_us", "algbw", "busbw", "wrong")]
+            rows.append(cells)
+        runs.append({**run, "table": rows})
+    return runs
+
+
+def ras_outputs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The NCCL RAS outputs of an explain document."""
+    return items(section(document, "ras").get("outputs"))
+
+
+def flight_recorder_groups(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each process group of the Flight Recorder analysis: its label, what matched, and one line
+    per divergence ("seq 12 all_reduce: missing on rank 1")."""
+    groups = []
+    for g in items(section(document, "flight_recorder").get("groups")):
+        lines = []
+        for d in items(g.get("divergences")):
+            missing = ", ".join(str(r) for r in values(d.get("missing")))
+            sides = "; ".join(
+                f"ranks {', '.join(str(r) for r in values(s.get('ranks')))}: {s.get('op')} "
+                f"{s.get('input_sizes')} {s.get('dtypes')} {s.get('state')}"
+                for s in items(d.get("sides"))
+            )
+            what = f"missing on rank(s) {missing}" if missing else sides
+            lines.append(f"seq {d.get('seq')} {d.get('op')} ({d.get('kind')}): {what}")
+        no_dump = ", ".join(str(r) for r in values(g.get("no_dump")))
+        groups.append(
+            {"label": str(g.get("label") or g.get("name") or "?"), "matched": g.get("matched"),
+             "no_dump": no_dump, "divergences": lines}
+        )  # fmt: skip
+    return groups
