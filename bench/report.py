@@ -116,7 +116,7 @@ def build_report() -> Report:
     ]
     bandwidth = bandwidth_section(nranks, 40.0)
     bandwidth["rows"] = bandwidth_section(nranks, 40.0)["rows"] * 3 + bandwidth["rows"][:3]
-    bandwidth["tcp_wire_gbps"] = {n: 11.5 for n in names}
+    bandwidth["tcp_wire_Gbitps"] = {n: 11.5 for n in names}
     return Report(
         kind="check",
         nodes=[node_facts(n, f"198.18.0.{i + 1}/24", GPUS) for i, n in enumerate(names)],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.report.units import format_bytes, format_GBps
 
 # banner key -> heading; the key is also the CSS class of the HTML banner.
 BANNERS = {
@@ -199,12 +199,12 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
 
 def _bandwidth_sentence(document: dict[str, Any]) -> str:
     rows = items(section(document, "bandwidth").get("rows"))
-    rows = [r for r in rows if _real(r.get("busbw_gbps")) and _real(r.get("size_bytes"))]
+    rows = [r for r in rows if _real(r.get("busbw_GBps")) and _real(r.get("size_bytes"))]
     if not rows:
         return ""
-    best = max(rows, key=lambda r: r["busbw_gbps"])
+    best = max(rows, key=lambda r: r["busbw_GBps"])
     return (
-        f"Peak bus bandwidth {format_gbps(best['busbw_gbps'])} GB/s "
+        f"Peak bus bandwidth {format_GBps(best['busbw_GBps'])} "
         f"at {format_bytes(best['size_bytes'])}."
     )
 

@@ -17,7 +17,8 @@ from nccldoctor.redact import redact_document
 from nccldoctor.report.answer import headline
 from nccldoctor.report.consistency import consistency_table
 
-SCHEMA_VERSION = 2  # 2: the document carries its headline and consistency table (load.upgrade)
+# 2: the document carries its headline and consistency table; 3: every rate names its unit
+SCHEMA_VERSION = 3  # (load.upgrade converts older documents)
 
 EXIT_OK = 0  # healthy
 EXIT_FAIL = 1  # a finding failed
@@ -25,6 +26,9 @@ EXIT_USAGE = 2  # the command line was wrong
 EXIT_INCOMPLETE = 3  # the run itself could not complete
 
 SUMMARY_KEYS = ("headline", "consistency")  # built by with_summaries, for the views
+# What the loader could not read in a document (load.upgrade); it travels in ``extra`` so a
+# re-rendered report still says it.
+NOTES_KEY = "load_notes"
 
 
 @dataclass

@@ -19,7 +19,6 @@ import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import nccl_summary
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import format_gbps
 from nccldoctor.views import charts, sections
 
 PAGE_TEMPLATE = "report.html.j2"
@@ -48,7 +47,6 @@ def _environment(directory: Path) -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(
-        gbps=format_gbps,
         short_transport=sections.short_transport,
         log_lines=log_lines,
         num=number,
@@ -115,6 +113,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "banner_key": str(top.get("banner") or ""),
         "banner_title": str(top.get("title") or ""),
         "answer": str(top.get("answer") or ""),
+        "notes": [str(n) for n in values(document.get("load_notes"))],
         "areas": sections.area_lines(document),
         "cluster_rows": rows,
         "cluster_columns": columns,
@@ -126,9 +125,9 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "rings": sections.ring_lines(summary, comm),
         "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
-        "bandwidth_rows": items(bandwidth.get("rows")),
+        "bandwidth_rows": sections.bandwidth_rows(bandwidth),
         "chart": charts.bandwidth_chart(
-            items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_gbps")
+            items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_Gbitps")
         ),
         "timeline": charts.timeline(phases, section(document, "hang") or None),
         "phases": phases,

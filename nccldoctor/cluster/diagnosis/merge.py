@@ -113,7 +113,7 @@ def merge_reports(
         for entry in _dicts(report.extra.get("ranks")):
             by_rank.setdefault(entry.get("rank"), entry)
         for host, gbps in (
-            (report.extra.get("bandwidth") or {}).get("tcp_wire_gbps") or {}
+            (report.extra.get("bandwidth") or {}).get("tcp_wire_Gbitps") or {}
         ).items():
             wire.setdefault(host, gbps)
         run = report.extra.get("run") if isinstance(report.extra.get("run"), dict) else {}
@@ -197,7 +197,7 @@ def merge_reports(
         run={**(first.extra.get("run") or {}), "nodes_reported": len(reports)},
     )
     if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
-        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_gbps": wire}
+        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
     marker = [] if gathered else [merged_finding(sources, missing)]
     return Report(
         kind=first.kind,

@@ -93,7 +93,7 @@ def build_node_report(
         run.worker_results, world.backend if world else "", world.world_size if world else 0
     )
     if run.tcp_gbps is not None:
-        bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
+        bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp_gbps, 3)
     return Report(
         kind="check",
         nodes=[run.facts] if run.facts else [],
