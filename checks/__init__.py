@@ -9,7 +9,9 @@ function over one *subject*, named by its scope:
   master's listener, rendezvous, port probes);
 - ``ranks``: how the ranks of a run ended (the workers' outcomes, the hang analysis);
 - ``logs``: the summary of NCCL/PyTorch logs (one job's ranks, or pasted logs);
-- ``job``: what `nccldoctor watch` saw of the user's own job.
+- ``job``: what `nccldoctor watch` saw of the user's own job;
+- ``bandwidth``: the sweep's largest busbw against what the nodes' links carry
+  (:class:`checks.linkrates.LinkBudget`).
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -29,8 +31,8 @@ from typing import Any, Literal
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal["node", "cluster", "run", "ranks", "logs", "job"]
-SCOPES: tuple[Scope, ...] = ("node", "cluster", "run", "ranks", "logs", "job")
+Scope = Literal["node", "cluster", "run", "ranks", "logs", "job", "bandwidth"]
+SCOPES: tuple[Scope, ...] = ("node", "cluster", "run", "ranks", "logs", "job", "bandwidth")
 
 
 @dataclass
@@ -130,7 +132,7 @@ _NOT_CHECKS = frozenset({"signatures"})
 # The rules of these scopes live in the module of the scope's name (checks/logs.py ...), so that
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
-_SCOPE_MODULES: frozenset[str] = frozenset({"run", "ranks", "logs", "job"})
+_SCOPE_MODULES: frozenset[str] = frozenset({"run", "ranks", "logs", "job", "bandwidth"})
 
 
 def _load(scope: Scope | None = None) -> None:

@@ -126,6 +126,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.bandwidth_rows(bandwidth),
+        "links": sections.link_table(document),
         "chart": charts.bandwidth_chart(
             items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_Gbitps")
         ),

@@ -15,7 +15,14 @@ from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kind
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import UNKNOWN, format_bytes, format_GBps, format_seconds, known
+from nccldoctor.report.units import (
+    UNKNOWN,
+    format_bytes,
+    format_Gbitps,
+    format_GBps,
+    format_seconds,
+    known,
+)
 
 SEVERITY_ORDER = ("fail", "warn", "info", "ok")
 SEVERITY_TITLES = {"fail": "Problems", "warn": "Warnings", "info": "Information", "ok": "Passed"}
@@ -121,6 +128,28 @@ def bandwidth_rows(bandwidth: dict[str, Any]) -> list[BandwidthRow]:
             )
         )
     return rows
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    sentence: str
+    expected: str
+    rows: list[tuple[str, str, str, str]]  # node, link, rate with its unit or "unknown", source
+
+
+def link_table(document: dict[str, Any]) -> LinkTable | None:
+    """The document's ``links`` as the bandwidth section prints them."""
+    links = section(document, "links")
+    if not links:
+        return None
+    rows = [
+        (str(n.get("node", "")), str(k.get("name", "")), format_Gbitps(k.get("Gbitps")),
+         str(k.get("source", "")))
+        for n in items(links.get("nodes"))
+        for k in items(n.get("links"))
+    ]  # fmt: skip
+    sentence = str(links.get("sentence") or "")
+    return LinkTable(sentence[:1].upper() + sentence[1:], str(links.get("expected") or ""), rows)
 
 
 def area_lines(document: dict[str, Any]) -> list[tuple[str, str]]:
