@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -28,7 +29,9 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
+    # cached: a document repeats the same few hundred key names thousands of times
     return _has_secret_word(name)
 
 

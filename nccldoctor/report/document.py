@@ -77,7 +77,7 @@ class Report:
             "nodes": [to_dict(n) for n in self.nodes],
             **self.extra,
         }
-        return with_summaries(redact_document(document))
+        return with_summaries(redact_document(document), facts=self.nodes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -115,11 +115,13 @@ class Report:
         )
 
 
-def with_summaries(document: dict[str, Any]) -> dict[str, Any]:
+def with_summaries(
+    document: dict[str, Any], facts: list[NodeFacts] | None = None
+) -> dict[str, Any]:
     """``document`` with the sections every view shows as they are: the ``links`` (busbw against
     what the links carry), the ``headline`` (banner and answer) and the ``consistency`` table,
-    built from the (redacted) document itself."""
-    links = links_section(document, nccl_summary(document).get("network"))
+    built from the (redacted) document itself (``facts``: its nodes as objects, when known)."""
+    links = links_section(document, nccl_summary(document).get("network"), facts)
     document = {**document, "links": links}
     return {**document, "headline": headline(document), "consistency": consistency_table(document)}
 

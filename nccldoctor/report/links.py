@@ -16,18 +16,17 @@ from nccldoctor.report.shape import items, section
 from nccldoctor.report.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
 
 
-def links_section(document: dict[str, Any], network: Any) -> dict[str, Any] | None:
+def links_section(
+    document: dict[str, Any], network: Any, facts: list[NodeFacts] | None = None
+) -> dict[str, Any] | None:
     """``{transport, expected, nodes: [{node, links: [{kind, name, Gbitps, source}]}], slowest,
-    busbw_GBps, size_bytes, fraction, sentence}``; None without a bandwidth sweep."""
+    busbw_GBps, size_bytes, fraction, sentence}``; None without a bandwidth sweep. ``facts``:
+    the nodes as objects when the caller has them (read from the document otherwise)."""
     bandwidth = section(document, "bandwidth")
     if not bandwidth:
         return None
-    facts = []
-    for entry in items(document.get("nodes")):
-        try:
-            facts.append(from_dict(NodeFacts, entry))
-        except (TypeError, ValueError, KeyError, AttributeError):
-            continue  # a node whose facts cannot be read has no known links
+    if facts is None:
+        facts = _facts(document)
     budget = link_budget(facts, bandwidth, network)
     slowest = budget.slowest()
     fraction = budget.fraction()
@@ -52,6 +51,16 @@ def links_section(document: dict[str, Any], network: Any) -> dict[str, Any] | No
         "fraction": round(fraction, 4) if fraction is not None else None,
         "sentence": _sentence(budget.busbw_GBps, budget.size_bytes, slowest, fraction, budget),
     }
+
+
+def _facts(document: dict[str, Any]) -> list[NodeFacts]:
+    facts = []
+    for entry in items(document.get("nodes")):
+        try:
+            facts.append(from_dict(NodeFacts, entry))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a node whose facts cannot be read has no known links
+    return facts
 
 
 def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: Any) -> str:

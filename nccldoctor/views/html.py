@@ -47,8 +47,8 @@ def _environment(directory: Path) -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(
-        short_transport=sections.short_transport,
         log_lines=log_lines,
+        matrix_rows=matrix_rows,
         num=number,
     )
     return env
@@ -73,6 +73,24 @@ def log_lines(lines: list[tuple[str, str]]) -> Any:
             for kind, line in lines
         )
     )
+
+
+def matrix_rows(matrix: sections.TransportMatrix) -> Any:
+    """The rank-by-rank rows, escaped; built here because 64 ranks make 4096 cells, which a
+    template loop renders many times slower."""
+    from markupsafe import Markup, escape
+
+    rows = []
+    for rank in matrix.ranks:
+        cells = []
+        for peer in matrix.ranks:
+            labels = matrix.cells.get((rank, peer), [])
+            css = "self" if rank == peer else matrix.css(labels)
+            text = " ".join(sections.short_transport(label) for label in labels)
+            gdr = "+GDR" if (rank, peer) in matrix.gdr else ""
+            cells.append(f'<td class="{escape(css)}">{escape(text)}{gdr}</td>')
+        rows.append(f"<tr><th>{escape(rank)}</th>{''.join(cells)}</tr>\n")
+    return Markup("".join(rows))
 
 
 def _csp_hash(text: str) -> str:
