@@ -63,32 +63,44 @@ def number(value: Any, digits: int = 2) -> str:
 
 def log_lines(lines: list[tuple[str, str]]) -> Any:
     """One ``<div>`` per log line, escaped; done here because a 64-rank report has ~13k lines
-    and a template loop over them is most of the page's render time."""
+    and a template loop over them is most of the page's render time. The lines are escaped in
+    one call (joined on a newline, which escaping keeps and a kept line cannot hold)."""
     from markupsafe import Markup, escape
 
+    texts = [line.replace("\n", " ") for _, line in lines]
+    escaped = str(escape("\n".join(texts))).split("\n") if texts else []
     # kind is one of line_kind()'s fixed words, never text from the report.
     return Markup(
         "".join(
-            f'<div class="{kind}">{escape(line)}</div>' if kind else f"<div>{escape(line)}</div>"
-            for kind, line in lines
+            f'<div class="{kind}">{text}</div>' if kind else f"<div>{text}</div>"
+            for (kind, _), text in zip(lines, escaped, strict=True)
         )
     )
 
 
 def matrix_rows(matrix: sections.TransportMatrix) -> Any:
     """The rank-by-rank rows, escaped; built here because 64 ranks make 4096 cells, which a
-    template loop renders many times slower."""
+    template loop renders many times slower. Cells repeat: each distinct one is built once."""
     from markupsafe import Markup, escape
 
+    built: dict[tuple[bool, tuple[str, ...], bool], str] = {}
     rows = []
     for rank in matrix.ranks:
         cells = []
         for peer in matrix.ranks:
-            labels = matrix.cells.get((rank, peer), [])
-            css = "self" if rank == peer else matrix.css(labels)
-            text = " ".join(sections.short_transport(label) for label in labels)
-            gdr = "+GDR" if (rank, peer) in matrix.gdr else ""
-            cells.append(f'<td class="{escape(css)}">{escape(text)}{gdr}</td>')
+            key = (
+                rank == peer,
+                tuple(matrix.cells.get((rank, peer), [])),
+                (rank, peer) in matrix.gdr,
+            )
+            cell = built.get(key)
+            if cell is None:
+                css = "self" if key[0] else matrix.css(list(key[1]))
+                text = " ".join(sections.short_transport(label) for label in key[1])
+                cell = built[key] = (
+                    f'<td class="{escape(css)}">{escape(text)}{"+GDR" if key[2] else ""}</td>'
+                )
+            cells.append(cell)
         rows.append(f"<tr><th>{escape(rank)}</th>{''.join(cells)}</tr>\n")
     return Markup("".join(rows))
 
