@@ -20,6 +20,7 @@ from nccldoctor.cli.console import (
     stdout,
     write_page,
 )
+from nccldoctor.cli.progress import Progress
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
 
 
@@ -132,7 +133,9 @@ def check(
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
-    report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
+    live = False if json_out else None  # --json: plain lines, as in a pipe
+    with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as progress:
+        report, path = run_check(config, os.environ, command, progress=progress)
     if json_out:
         print_json(report.to_dict())
     else:

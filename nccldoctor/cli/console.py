@@ -24,11 +24,15 @@ class _LazyConsole:
         self._console: Any = None
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def real(self) -> Any:
+        """The Console itself, made now (a live display needs the object, not this proxy)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
 
 
 # markup/highlight/emoji off: NCCL lines are full of brackets and must print verbatim.
