@@ -14,7 +14,9 @@ function over one *subject*, named by its scope:
   `watch` and `check` collect);
 - ``nccl_tests``: the nccl-tests runs of a ticket, with what its logs and node facts say of
   the network;
-- ``ras``: the NCCL RAS outputs of a ticket.
+- ``ras``: the NCCL RAS outputs of a ticket;
+- ``bandwidth``: the sweep's largest busbw against what the nodes' links carry
+  (:class:`checks.linkrates.LinkBudget`).
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -34,7 +36,9 @@ from typing import Any, Literal, get_args
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal["node", "cluster", "run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras"]
+Scope = Literal[
+    "node", "cluster", "run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"
+]
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
@@ -136,7 +140,7 @@ _NOT_CHECKS = frozenset({"signatures"})
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
 _SCOPE_MODULES: frozenset[str] = frozenset(
-    {"run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras"}
+    {"run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"}
 )
 
 

@@ -9,7 +9,18 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_json, print_report, stderr, stdout
+from nccldoctor.cli.console import (
+    HtmlPath,
+    NoHtml,
+    abort,
+    page_path,
+    print_json,
+    print_report,
+    stderr,
+    stdout,
+    write_page,
+)
+from nccldoctor.cli.progress import Progress
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
 
 
@@ -97,6 +108,8 @@ def check(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
 ) -> None:
     """Check that the nodes can train together. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
     from nccldoctor.cluster.agent.node import run_check
@@ -120,12 +133,17 @@ def check(
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
-    report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
+    live = False if json_out else None  # --json: plain lines, as in a pipe
+    with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as progress:
+        report, path = run_check(config, os.environ, command, progress=progress)
     if json_out:
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
         stdout.print(f"Report: {path}")
+    # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
+    # share one --out folder keep their pages apart
+    write_page(report, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
     raise typer.Exit(report.exit_code)
 
 

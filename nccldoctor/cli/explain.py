@@ -11,7 +11,15 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_json, print_report
+from nccldoctor.cli.console import (
+    HtmlPath,
+    NoHtml,
+    abort,
+    page_path,
+    print_json,
+    print_report,
+    write_page,
+)
 from nccldoctor.report import Report
 
 
@@ -24,10 +32,8 @@ def explain(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option("--html", envvar="NCCLDOCTOR_HTML", help="Also write an HTML report here."),
-    ] = None,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -40,7 +46,7 @@ def explain(
     from nccldoctor.explain import explain_ticket
     from nccldoctor.ticket import InputError, open_ticket
 
-    render_html = _html_renderer() if html else None
+    page = page_path(html, no_html, Path("report.html"))  # explain writes no JSON file
     # archives are unpacked here and read before it goes
     with tempfile.TemporaryDirectory(prefix="nccldoctor-explain-") as workdir:
         try:
@@ -59,24 +65,14 @@ def explain(
         },
         extra=extra,
     )
-    if render_html is not None and html is not None:
-        html.write_text(render_html(report), encoding="utf-8")
     if json_out:
         # the console's own file: a 64-rank document is large and needs no rich processing
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
+    write_page(report, page, json_out=json_out)
     raise typer.Exit(report.exit_code)
 
 
 def _count(n: int) -> str:
     return f"{n} file{'s' if n != 1 else ''}"
-
-
-def _html_renderer():
-    """The HTML view, when it is installed; a usage error otherwise (checked before parsing)."""
-    try:
-        from nccldoctor.views.html import render_html
-    except ImportError:
-        raise abort("--html needs nccldoctor.views.html, which this build does not have") from None
-    return render_html

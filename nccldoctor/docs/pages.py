@@ -134,6 +134,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "on every node of a cluster run, over what its phases observed (`nccldoctor check`)",
         "nccldoctor check --master ADDR --nodes N",
     ),
+    "bandwidth": (
+        "over the bandwidth sweep and every node's links, on each node and again on the master "
+        "(`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N",
+    ),
     "ranks": (
         "over how the ranks of a cluster run ended (`nccldoctor check`)",
         "nccldoctor check --master ADDR --nodes N",

@@ -41,7 +41,7 @@ def test_mtu_stall_names_the_mtus_the_sizes_and_the_fix():
     (f,) = cause.findings
     assert (f.id, f.category, f.severity.value) == ("run.mtu-stall", "interface_selection", "fail")
     assert f.title == (
-        "allreduce_correctness stalled at 262148 B (4096 B passed): the MTU differs between "
+        "allreduce_correctness stalled at 256.0 KiB (4 KiB passed): the MTU differs between "
         "nodes (9000 on n1, n2; 1500 on n0) and frames over 1500 B are dropped on the path"
     )
     assert f.evidence == [

@@ -47,6 +47,10 @@ def test_healthy_job_passes_through(tmp_path):
     assert report["watch"]["exit_code"] == 0 and not report["watch"]["hung"]
     assert report["findings"] == []
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    # the page beside the JSON, its path the last line (stderr: stdout is the job's)
+    page = tmp_path / "watch" / "report.html"
+    assert proc.stderr.splitlines()[-1] == f"Page: {page}"
+    assert "nccldoctor watch report" in page.read_text()
 
 
 def test_stalled_rank_is_named_with_its_step(tmp_path):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks import run_checks, run_node_checks
+from checks.linkrates import link_budget
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
@@ -95,7 +96,11 @@ def build_node_report(
         run.worker_results, world.backend if world else "", world.world_size if world else 0
     )
     if run.tcp_gbps is not None:
-        bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
+        bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp_gbps, 3)
+    network = (nccl or {}).get("network")
+    findings += run_checks(
+        "bandwidth", link_budget([run.facts] if run.facts else [], bandwidth, network)
+    )
     return Report(
         kind="check",
         nodes=[run.facts] if run.facts else [],

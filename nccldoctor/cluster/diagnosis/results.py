@@ -102,7 +102,7 @@ def bandwidth_section(results: dict[int, dict], backend: str, nranks: int) -> di
         "nranks": nranks,
         "combine": "max",
         "rows": rows,
-        "tcp_wire_gbps": {},
+        "tcp_wire_Gbitps": {},
     }
 
 
