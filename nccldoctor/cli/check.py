@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import abort, print_json, print_report, stderr, stdout
-from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
 
 
 def check(
@@ -116,6 +116,7 @@ def check(
             token=token,
             node_name=node_name,
             env=os.environ,
+            resolve=host_resolves,
         )
     except ConfigError as exc:
         raise abort(str(exc)) from None
