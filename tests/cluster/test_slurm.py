@@ -125,3 +125,23 @@ def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
         assert rc == 0, (err, log[-3000:])
         assert sorted(re.findall(r"trained on (\d)", log)) == ["0", "1"]
     assert (tmp_path / "nccldoctor-check" / "check-cluster.json").is_file()
+
+
+def test_uneven_tasks_are_a_usage_error_on_every_task(slurm, tmp_path):
+    argv = ["srun", "-N2", "-n3", "python", "-m", "nccldoctor", "check", "--out",
+            str(tmp_path / "out"), *FAST]  # fmt: skip
+    rc, _, err = run(slurm, argv, tmp_path)
+    assert rc == 2, err[-3000:]
+    said = "SLURM_STEP_NUM_TASKS=3 is not a multiple of SLURM_STEP_NUM_NODES=2 (tasks per node: "
+    assert err.count(said) == 3, err[-3000:]
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_check_in_the_batch_shell_without_srun_is_a_usage_error(slurm, tmp_path):
+    (tmp_path / "job.sh").write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=job.out\nnccldoctor check\n"
+    )
+    rc, _, err = run(slurm, ["sbatch", "--wait", "job.sh"], tmp_path)
+    log = (tmp_path / "job.out").read_text()
+    assert rc == 2, (err, log[-3000:])
+    assert "is set but SLURM_STEP_ID is not" in log
