@@ -121,13 +121,13 @@ def check(
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
-    report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
+    report, path, code = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
     if json_out:
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
         stdout.print(f"Report: {path}")
-    raise typer.Exit(report.exit_code)
+    raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 
 def redact_token(argv: list[str]) -> list[str]:

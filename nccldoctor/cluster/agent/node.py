@@ -38,6 +38,8 @@ from nccldoctor.probes.libnccl import bootstrap_probe
 from nccldoctor.report import Report, write_report
 
 Progress = Callable[[str], None]
+# A node waits for the master's verdict through the master's exit barrier, plus this for its merge.
+VERDICT_MARGIN_S = 10.0
 
 
 class Interrupted(Exception):
@@ -71,6 +73,7 @@ class NodeAgent:
         self._torch_loaded = threading.Event()
         self._stopping = False
         self.started = time.monotonic()
+        self.verdict: int | None = None  # the cluster report's exit code, once known here
 
     # -- the template: phases in order, one finally -------------------------------------------
     def execute(self) -> tuple[Report, Path]:
@@ -413,11 +416,14 @@ class NodeAgent:
         )
         path = write_report(report, self.config.out / f"check-{self.run.node}.json")
         self.progress(f"node report: {path}")
+        interrupted = bool(self.run.aborted and self.run.aborted.startswith("interrupted"))
         if not self.run.is_master:
             if store is not None:
                 gather.publish(store, self.keys, self.run.node_rank, report, path)
+                if not interrupted:  # the master's exit barrier and merge, then a margin
+                    wait = self.config.timeouts.exit_barrier + VERDICT_MARGIN_S
+                    self.verdict = gather.await_verdict(store, self.keys, wait)
             return report, path
-        interrupted = bool(self.run.aborted and self.run.aborted.startswith("interrupted"))
         cluster = gather.cluster_report(
             report, path, self.run, self.config, store, self.keys,
             0.0 if interrupted else self.config.timeouts.exit_barrier,
@@ -425,6 +431,9 @@ class NodeAgent:
         )  # fmt: skip
         cluster_path = write_report(cluster, self.config.out / "check-cluster.json")
         self.progress(f"cluster report: {cluster_path}")
+        self.verdict = cluster.exit_code
+        if store is not None and self.keys:
+            gather.announce_verdict(store, self.keys, cluster.exit_code)
         return cluster, cluster_path
 
 
@@ -444,6 +453,9 @@ def run_check(
     env: Mapping[str, str],
     command: Sequence[str] = (),
     progress: Progress | None = None,
-) -> tuple[Report, Path]:
-    """Run `nccldoctor check` on this node; the report to show and where it was written."""
-    return NodeAgent(config, env, command, progress).execute()
+) -> tuple[Report, Path, int]:
+    """Run `nccldoctor check` on this node: the report to show, where it was written, and the
+    exit code, the cluster's verdict wherever this node heard it (else its own report's)."""
+    agent = NodeAgent(config, env, command, progress)
+    report, path = agent.execute()
+    return report, path, report.exit_code if agent.verdict is None else agent.verdict
