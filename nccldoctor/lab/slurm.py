@@ -8,8 +8,8 @@ tasks see their own hostname and /dev/shm (its spool is ``%n``-named in the lab'
 
 The configuration is the smallest Slurm that runs tasks without systemd or a cgroup hierarchy of
 its own: ``proctrack/linuxproc`` (finds a job's processes through /proc), ``task/none``, no
-accounting, ``cgroup.conf`` pinned to ``cgroup/v1`` because Slurm's autodetection refuses a hybrid
-hierarchy (docs/launch/slurm.md#the-lab). Addresses come from :class:`NetLab` (198.18.0.0/15).
+accounting, ``cgroup.conf`` naming ``cgroup/v1`` rather than leaving it to autodetection on a
+hybrid hierarchy (docs/launch/slurm.md#the-lab). Addresses come from :class:`NetLab` (198.18.0.0/15).
 """
 
 from __future__ import annotations
