@@ -21,7 +21,7 @@ from nccldoctor.cli.console import (
     write_page,
 )
 from nccldoctor.cli.progress import Progress
-from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
 
 
 def check(
@@ -129,13 +129,14 @@ def check(
             token=token,
             node_name=node_name,
             env=os.environ,
+            resolve=host_resolves,
         )
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
     live = False if json_out else None  # --json: plain lines, as in a pipe
     with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as progress:
-        report, path = run_check(config, os.environ, command, progress=progress)
+        report, path, code = run_check(config, os.environ, command, progress=progress)
     if json_out:
         print_json(report.to_dict())
     else:
@@ -144,7 +145,7 @@ def check(
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
     # share one --out folder keep their pages apart
     write_page(report, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
-    raise typer.Exit(report.exit_code)
+    raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 
 def redact_token(argv: list[str]) -> list[str]:

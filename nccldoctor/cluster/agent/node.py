@@ -164,6 +164,10 @@ def run_check(
     env: Mapping[str, str],
     command: Sequence[str] = (),
     progress: Progress | None = None,
-) -> tuple[Report, Path]:
-    """Run `nccldoctor check` on this node; the report to show and where it was written."""
-    return NodeAgent(config, env, command, progress).execute()
+) -> tuple[Report, Path, int]:
+    """Run `nccldoctor check` on this node: the report to show, where it was written, and the
+    exit code, the cluster's verdict wherever this node heard it (else its own report's)."""
+    agent = NodeAgent(config, env, command, progress)
+    report, path = agent.execute()
+    verdict = agent.state.verdict
+    return report, path, report.exit_code if verdict is None else verdict
