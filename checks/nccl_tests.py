@@ -92,7 +92,7 @@ def socket_transport(reading: PerfReading) -> Iterator[Problem]:
         network = run.network or reading.log_network
         if network != "Socket" or not _multi_node(run):
             continue
-        peak = run.peak_busbw
+        peak = run.peak_busbw_GBps
         at = f" (peak busbw {peak:g} GB/s)" if peak is not None else ""
         yield Problem(
             Severity.WARN,
@@ -116,8 +116,8 @@ def socket_transport(reading: PerfReading) -> Iterator[Problem]:
 def below_link(reading: PerfReading) -> Iterator[Problem]:
     """A multi-node run's peak bus bandwidth is far below what the nodes' NICs carry."""
     for run in reading.runs:
-        peak = run.peak_busbw
-        known = [reading.link_gbytes[h] for h in run.hosts if h in reading.link_gbytes]
+        peak = run.peak_busbw_GBps
+        known = [reading.link_GBps[h] for h in run.hosts if h in reading.link_GBps]
         if not _multi_node(run) or peak is None or not known:
             continue
         link = min(known)
@@ -128,9 +128,9 @@ def below_link(reading: PerfReading) -> Iterator[Problem]:
             f"{_name(run)} peaks at {peak:g} GB/s bus bandwidth, {peak / link:.0%} of the "
             f"{link:g} GB/s the nodes' NICs carry",
             [
-                f"{h}: NICs {reading.link_gbytes[h]:g} GB/s"
+                f"{h}: NICs {reading.link_GBps[h]:g} GB/s"
                 for h in run.hosts
-                if h in reading.link_gbytes
+                if h in reading.link_GBps
             ],
             fix=(
                 "Measure up to large sizes first (-e 8G): small messages never reach the link.\n"
@@ -166,14 +166,19 @@ def read_in_part(reading: PerfReading) -> Iterator[Problem]:
 def result(reading: PerfReading) -> Iterator[Problem]:
     """What each nccl-tests run measured: its peak and average bus bandwidth."""
     for run in reading.runs:
-        peak = run.peak_busbw
+        peak = run.peak_busbw_GBps
         if peak is None:
             continue
         best = max(
-            (r for r in run.rows for h in (r.out_of_place, r.in_place) if h and h.busbw == peak),
+            (
+                r
+                for r in run.rows
+                for h in (r.out_of_place, r.in_place)
+                if h and h.busbw_GBps == peak
+            ),
             key=lambda r: r.size,
         )
-        avg = f", average {run.avg_busbw:g} GB/s" if run.avg_busbw is not None else ""
+        avg = f", average {run.avg_busbw_GBps:g} GB/s" if run.avg_busbw_GBps is not None else ""
         yield Problem(
             Severity.OK,
             f"{_name(run)}: peak busbw {peak:g} GB/s at {best.size} B{avg}",

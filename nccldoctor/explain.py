@@ -81,7 +81,7 @@ def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, An
             run.error = run.error or (_CUT if cut else None)
         runs.extend(read)
     reading = ncctests.PerfReading(runs, context.get("network"), context.get("links", {}))
-    section = {"runs": [r.to_dict() for r in runs], "link_gbytes": reading.link_gbytes}
+    section = {"runs": [r.to_dict() for r in runs], "link_GBps": reading.link_GBps}
     return section, run_checks("nccl_tests", reading)
 
 
@@ -130,7 +130,7 @@ def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
             speeds = [
                 i.speed_mbps or 0 for i in node.network.interfaces if i.kind == "physical" and i.up
             ]
-            capacity = ncctests.link_gbytes(rates, speeds)
+            capacity = ncctests.link_GBps(rates, speeds)
             if capacity is not None:
                 links[node.network.hostname or node.node] = capacity
     return links, unread

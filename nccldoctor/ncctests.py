@@ -33,8 +33,8 @@ _COLUMN = {
     "root": "root",
     "time": "time_us",
     "cputime": "time_us",
-    "algbw": "algbw",
-    "busbw": "busbw",
+    "algbw": "algbw_GBps",
+    "busbw": "busbw_GBps",
     "#wrong": "wrong",
     "error": "wrong",
     "res": "wrong",
@@ -46,8 +46,8 @@ class Half:
     """One side (out-of-place or in-place) of a table row."""
 
     time_us: float | None = None
-    algbw: float | None = None
-    busbw: float | None = None
+    algbw_GBps: float | None = None
+    busbw_GBps: float | None = None
     wrong: float | None = None  # None: validation off ("N/A"); old eras print a max delta
 
 
@@ -85,19 +85,19 @@ class PerfRun:
     rows: list[Row] = field(default_factory=list)
     cut_rows: int = 0  # lines under the header that were not a whole row
     out_of_bounds: int | None = None
-    avg_busbw: float | None = None
+    avg_busbw_GBps: float | None = None
     failures: list[str] = field(default_factory=list)  # Test NCCL/CUDA failure, Test timeout
     network: str | None = None  # "Socket", "IB": NCCL INFO lines inside the output say it
     concluded: bool = False  # the footer was reached
     error: str | None = None  # why the file could not be read (JSON only)
 
     @property
-    def peak_busbw(self) -> float | None:
+    def peak_busbw_GBps(self) -> float | None:
         values = [
-            h.busbw
+            h.busbw_GBps
             for r in self.rows
             for h in (r.out_of_place, r.in_place)
-            if h is not None and h.busbw is not None
+            if h is not None and h.busbw_GBps is not None
         ]
         return max(values) if values else None
 
@@ -118,7 +118,7 @@ class PerfRun:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["peak_busbw"] = self.peak_busbw
+        data["peak_busbw_GBps"] = self.peak_busbw_GBps
         data["hosts"] = self.hosts
         return data
 
@@ -157,7 +157,7 @@ def _oob(run: PerfRun, m: re.Match[str]) -> None:
 
 
 def _avg(run: PerfRun, m: re.Match[str]) -> None:
-    run.avg_busbw = _number(m["bw"])
+    run.avg_busbw_GBps = _number(m["bw"])
     run.concluded = True
 
 
@@ -307,7 +307,7 @@ def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
                 runs.append(run)
             fill(run, m)
             break
-    return [r for r in runs if r.settings or r.rows or r.failures or r.avg_busbw is not None]
+    return [r for r in runs if r.settings or r.rows or r.failures or r.avg_busbw_GBps is not None]
 
 
 # ---- -J JSON ----------------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def parse_json(text: str, source: str) -> PerfRun:
         run.out_of_bounds = oob["count"]
     avg = data.get("average_bus_bandwidth")
     if isinstance(avg, dict):
-        run.avg_busbw = _json_number(avg.get("bandwidth"))
+        run.avg_busbw_GBps = _json_number(avg.get("bandwidth"))
         run.concluded = True
     for error in _list(data.get("errors")):
         if isinstance(error, str) and error:
@@ -415,10 +415,10 @@ class PerfReading:
 
     runs: list[PerfRun]
     log_network: str | None = None  # "Socket", "IB" ...: NCCL's log lines in the same ticket
-    link_gbytes: dict[str, float] = field(default_factory=dict)  # host -> its NICs, GB/s
+    link_GBps: dict[str, float] = field(default_factory=dict)  # host -> its NICs, GB/s
 
 
-def link_gbytes(ib_rates: Iterable[str], nic_mbps: Iterable[int]) -> float | None:
+def link_GBps(ib_rates: Iterable[str], nic_mbps: Iterable[int]) -> float | None:
     """What a node's NICs carry together, in GB/s (nccl-tests' unit): its active InfiniBand/RoCE
     ports (``rate`` "200 Gb/sec (4X HDR)") when it has any, NCCL uses them all; otherwise its
     Ethernet links (``speed`` in Mb/s)."""

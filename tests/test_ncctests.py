@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checks import run_checks
-from nccldoctor.ncctests import PerfReading, link_gbytes, parse_json, parse_text
+from nccldoctor.ncctests import PerfReading, link_GBps, parse_json, parse_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
 
@@ -33,9 +33,9 @@ def test_todays_table_with_na_and_its_footer():
     (row,) = run.rows
     assert (row.size, row.count, row.type, row.redop, row.root) == (33554432, 8388608, "float",
                                                                    "none", "-1")  # fmt: skip
-    assert row.out_of_place.algbw == 1715.44 and row.out_of_place.wrong == 0
+    assert row.out_of_place.algbw_GBps == 1715.44 and row.out_of_place.wrong == 0
     assert row.in_place.wrong is None  # N/A: not validated
-    assert (run.out_of_bounds, run.avg_busbw, run.concluded) == (0, 0.0, True)
+    assert (run.out_of_bounds, run.avg_busbw_GBps, run.concluded) == (0, 0.0, True)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_the_old_root_column_and_error_column_map_by_the_header():
 
 def test_a_paste_from_the_units_line_reads_with_todays_layout_and_its_failures():
     (run,) = read("nccl-tests-322-failure.txt")
-    assert len(run.rows) == 5 and run.peak_busbw == 367.44
+    assert len(run.rows) == 5 and run.peak_busbw_GBps == 367.44
     assert len(run.failures) == 5 and run.failures[-1] == "HCA-22: Test NCCL failure common.c"
     (failed,) = ids(PerfReading([run]))["nccl_tests.test-failed"]
     assert failed.severity == "fail" and "unhandled cuda error" in failed.title
@@ -119,10 +119,10 @@ def test_sockets_named_by_the_tickets_log_for_an_output_without_nccl_lines():
 
 def test_peak_busbw_against_the_nodes_nics():
     (run,) = read("nccl-tests-82-broadcast.txt")  # two hosts, peak 0.00 GB/s
-    links = {"v100-gpu-1": link_gbytes(["100 Gb/sec (4X EDR)"], []), "v100-gpu-5": 12.5}
-    (found,) = ids(PerfReading([run], link_gbytes=links))["nccl_tests.below-link"]
+    links = {"v100-gpu-1": link_GBps(["100 Gb/sec (4X EDR)"], []), "v100-gpu-5": 12.5}
+    (found,) = ids(PerfReading([run], link_GBps=links))["nccl_tests.below-link"]
     assert "0% of the 12.5 GB/s" in found.title
-    assert link_gbytes([], [25000, 0]) == 3.125 and link_gbytes([], []) is None
+    assert link_GBps([], [25000, 0]) == 3.125 and link_GBps([], []) is None
 
 
 def test_the_result_names_the_peak():
@@ -153,7 +153,7 @@ def test_json_output_as_util_cu_writes_it():
     }  # fmt: skip
     run = parse_json(json.dumps(document), "r.json")
     assert (run.test, run.nccl_version, run.hosts) == ("all_reduce_perf", "2.27.3", ["a", "b"])
-    assert run.rows[0].in_place.algbw is None and run.rows[0].in_place.wrong == 2
+    assert run.rows[0].in_place.algbw_GBps is None and run.rows[0].in_place.wrong == 2
     assert "nccl_tests.data-corruption" in ids(PerfReading([run]))
     cut = parse_json(json.dumps(document)[:300], "cut.json")
     assert cut.error and cut.rows == []
@@ -200,7 +200,7 @@ def test_cputime_per_iteration_and_timestamp_columns_map_by_the_header():
            "54.00    53.80     1.90  2026-01-02 03:04:05")  # fmt: skip
     (run,) = read("flags", "\n".join(["# nThread 1 nGpus 1 minBytes 8", header, row]) + "\n")
     (parsed,) = run.rows
-    assert parsed.out_of_place.time_us == 51.2 and parsed.out_of_place.busbw == 38.4
+    assert parsed.out_of_place.time_us == 51.2 and parsed.out_of_place.busbw_GBps == 38.4
     assert parsed.in_place.time_us == 50.9 and parsed.in_place.wrong == 1
     assert run.wrong_rows()[0][1] == "in-place"
 

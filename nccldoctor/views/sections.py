@@ -353,7 +353,7 @@ def perf_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
             cells = [row.get("size"), row.get("type") or "", row.get("redop") or ""]
             for side in ("out_of_place", "in_place"):
                 half = row.get(side) if isinstance(row.get(side), dict) else {}
-                cells += [half.get(k) for k in ("time_us", "algbw", "busbw", "wrong")]
+                cells += [half.get(k) for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")]
             rows.append(cells)
         runs.append({**run, "table": rows})
     return runs
