@@ -28,7 +28,6 @@ from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
-_RANK_VERDICT_IDS = ("run.rank-stuck", "run.rank-failed")
 # Sections where rank 0's node (else the first report) speaks for the cluster.
 _FROM_RANK_ZERO = ("nccl", "mnist", "timeouts")
 
@@ -152,7 +151,7 @@ def merge_reports(
     # report whose ranks lack it (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
     judged: list[Finding] = []
     if all("state" in r for r in ranks):
-        findings = {k: f for k, f in findings.items() if f.id not in _RANK_VERDICT_IDS}
+        findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
         master = (first.extra.get("run") or {}).get("node")
         cause = causes.judge(facts, ranks, probes, wire, master=master)
         hang = verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None)

@@ -1,0 +1,163 @@
+"""Checks over how the ranks of a `check` run ended (``scope="ranks"``).
+
+The subject is a :class:`~nccldoctor.facts.ranks.RanksSeen`. The rank that stopped first is the
+cause (``forensics/behind.py`` orders them): it fails; every other rank that stopped is a
+consequence and warns ("rank 0 waited in barrier"), unless lost nodes explain every rank's end,
+when all of them are consequences. Wrong sums and diverging DDP replicas fail on their own.
+
+The sentences here are also the hang verdict's (``cluster/diagnosis/verdict.py``): one wording.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from checks import Problem, check
+from nccldoctor.facts.ranks import RanksSeen
+from nccldoctor.forensics.behind import categorize, culprits, stopped_at
+from nccldoctor.model import Severity
+
+Row = Mapping[str, Any]
+PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
+
+
+def phase_label(phase: str | None) -> str:
+    return PHASE_LABELS.get(phase or "startup", phase or "startup")
+
+
+def first_line(text: str | None, phase: str | None = None, limit: int = 200) -> str:
+    """The error's last non-empty line, without a leading ``<phase>: ``, at most ``limit`` chars."""
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    if phase and line.startswith(f"{phase}: "):
+        line = line[len(phase) + 2 :]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def lost_is_cause(ordered: Sequence[Row], lost: Sequence[str]) -> bool:
+    """A lost node is the cause when every rank that ended badly only lost its peer."""
+    return bool(lost) and all(
+        r["state"] != "stuck"
+        and categorize(first_line(r["error"], r["phase_reached"])) == "remote_peer_closed"
+        for r in ordered
+    )
+
+
+def sentence(r: Row, cause: bool, detail: bool = True) -> str:
+    """What rank ``r`` did; ``detail``: with its error or last NCCL line."""
+    who = f"rank {r['rank']} on node {r['node']}"
+    phase = phase_label(r["phase_reached"])
+    if r["state"] == "stuck":
+        line = (r["last_nccl_lines"] or [None])[-1] if detail else None
+        text = f"{who} never finished {phase}"
+        return text + (f"; its last NCCL line was {line!r}" if line else "")
+    error = first_line(r["error"], r["phase_reached"])
+    category = categorize(error)
+    error = error if detail else ""
+    if not cause and category == "collective_timeout_hang":
+        return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
+    if not cause and category == "remote_peer_closed":
+        return f"rank {r['rank']} lost its peer in {phase}" + (f" ({error})" if error else "")
+    verb = "crashed" if r["state"] == "crashed" else "failed"
+    return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
+
+
+def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
+    """The stopped ranks (stuck ones, or the others), the cause failing, the rest warning."""
+    ordered = culprits(list(seen.ranks), seen.phases)
+    first = None if lost_is_cause(ordered, seen.lost) else 0  # the cause among the ranks
+    problems = []
+    for i, r in enumerate(ordered):
+        if (r["state"] == "stuck") != stuck:
+            continue
+        category = "collective_timeout_hang" if stuck else categorize(r["error"])
+        evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
+        evidence += [f"error: {first_line(r['error'])}"] if r["error"] else []
+        evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
+        frame = stopped_at(r.get("stacks"))
+        evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
+        evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
+        evidence.append(f"log: {r['log_path']}")
+        problems.append(
+            Problem(
+                Severity.FAIL if i == first else Severity.WARN,
+                sentence(r, i == first),
+                evidence,
+                _FIXES.get(category, _FIXES["other"]),
+                node=r["node"],
+                rank=r["rank"],
+                category=category,
+            )
+        )
+    return problems
+
+
+@check("run.rank-stuck", area="run", category="collective_timeout_hang", scope="ranks")
+def rank_stuck(seen: RanksSeen) -> list[Problem]:
+    """A rank never finished a phase: the watchdog (or its own deadline) had to stop it."""
+    return _stopped(seen, stuck=True)
+
+
+@check("run.rank-failed", area="run", category="other", scope="ranks")
+def rank_failed(seen: RanksSeen) -> list[Problem]:
+    """A rank ended with an error or died; the first to stop is the cause."""
+    return _stopped(seen, stuck=False)
+
+
+@check("run.allreduce-wrong", area="run", category="other", scope="ranks")
+def allreduce_wrong(seen: RanksSeen) -> list[Problem]:
+    """An allreduce returned wrong sums."""
+    problems = []
+    for rank, result in sorted(seen.results.items()):
+        wrong = [c for c in result.get("correctness") or [] if not c.get("ok", True)]
+        if wrong:
+            problems.append(
+                Problem(
+                    Severity.FAIL,
+                    f"allreduce returned wrong values on rank {rank}",
+                    [f"{c.get('dtype')} × {c.get('count')}: {c.get('wrong')} wrong" for c in wrong],
+                    "Wrong sums with a healthy network point at memory or GPU faults: run "
+                    "nvidia-smi -q -d ECC and NCCL's nccl-tests all_reduce_perf -c 1 on this node.",
+                    node=result.get("node"),
+                    rank=rank,
+                )
+            )
+    return problems
+
+
+@check("run.ddp-replicas-differ", area="run", category="other", scope="ranks")
+def ddp_replicas_differ(seen: RanksSeen) -> Problem | None:
+    """The DDP replicas are not bit-identical after the training steps."""
+    result = seen.results.get(0)
+    if not result or result.get("params_identical") is not False:
+        return None
+    return Problem(
+        Severity.FAIL,
+        "DDP replicas are not bit-identical after the training steps",
+        [f"checksums: {result.get('checksums')}"],
+        "Replicas diverge when gradients are reduced wrongly or a rank skips a step; check the "
+        "allreduce correctness findings first.",
+        node=result.get("node"),
+        rank=0,
+    )
+
+
+_FIXES = {
+    "collective_timeout_hang": (
+        "Look at the stuck rank's stacks and last NCCL lines in the report. A rank that never\n"
+        "enters the collective is a program bug; one that waits on the network points at a\n"
+        "blocked port or a wrong interface (see the network findings)."
+    ),
+    "remote_peer_closed": "A peer died first: read the first failing rank's error above.",
+    "interface_selection": (
+        "Set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME to the interface that routes to the\n"
+        "master on every node (see the reach findings), e.g. export NCCL_SOCKET_IFNAME==eth0"
+    ),
+    "connect_refused_or_timeout": (
+        "Allow TCP between the nodes on the interface in use (NCCL and gloo use ephemeral\n"
+        "ports in both directions): check iptables -S / ufw status / the security group."
+    ),
+    "cuda_error": "Run nvidia-smi on this node and read the worker log named in the evidence.",
+    "other": "Read the worker log named in the evidence.",
+}
