@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -9,8 +10,16 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_json, print_report, stderr, stdout
+from nccldoctor.cli.console import (
+    abort,
+    divert_stderr,
+    print_json,
+    print_report,
+    stderr,
+    stdout,
+)
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.forensics.stacks import without_cpp_frames
 
 
 def check(
@@ -120,13 +129,22 @@ def check(
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
-    report, path = run_check(config, os.environ, command, progress=lambda m: stderr.print(m))
+    log = config.out / config.node_name / "agent.log"
+    divert_stderr(log)
+    report, path = run_check(config, os.environ, command, progress=lambda m: _progress(m, log))
     if json_out:
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
         stdout.print(f"Report: {path}")
     raise typer.Exit(report.exit_code)
+
+
+def _progress(message: str, log: Path) -> None:
+    """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
+    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+        f.write(message + "\n")
+    stderr.print(without_cpp_frames(message))
 
 
 def redact_token(argv: list[str]) -> list[str]:

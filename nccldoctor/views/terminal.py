@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import AREA_TITLES, AREAS, Severity
 from nccldoctor.report.shape import items, section, values
 
@@ -78,7 +79,10 @@ def _finding_lines(
     out = [
         Text(f"    {marks[severity]} {finding.get('title', '')}{where}", style=_STYLES[severity])
     ]
-    evidence = values(finding.get("evidence"))
+    # torch's C++ frames stay in the document (and the HTML); a terminal gets its messages
+    evidence = [
+        line for text in values(finding.get("evidence")) if (line := without_cpp_frames(text))
+    ]
     out.extend(Text(f"        {line}", style="dim") for line in evidence[: None if verbose else 3])
     if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))

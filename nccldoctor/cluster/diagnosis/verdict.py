@@ -12,6 +12,7 @@ from typing import Any
 
 from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.forensics.behind import categorize, culprits, stopped_at
+from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import Finding, Severity
 
 # The verdict names the cause and at most this many groups of other ranks.
@@ -24,8 +25,9 @@ def _label(phase: str | None) -> str:
 
 
 def _first_line(text: str | None, phase: str | None = None, limit: int = 200) -> str:
-    """The error's last non-empty line, without a leading ``<phase>: ``, at most ``limit`` chars."""
-    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    """The error's last non-empty line (torch's C++ frames cut: the line torch meant for a
+    person), without a leading ``<phase>: ``, at most ``limit`` chars."""
+    lines = [line.strip() for line in without_cpp_frames(text or "").splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     if phase and line.startswith(f"{phase}: "):
         line = line[len(phase) + 2 :]
