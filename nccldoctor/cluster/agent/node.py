@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendezvous
+from nccldoctor.cluster.agent import gather, launcher, listener, monitor, rendezvous, whoami
 from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import results
@@ -191,9 +191,13 @@ class NodeAgent:
                 raise PhaseFailed(f"reach: {result.resolve_error}")
             address = result.addresses[0]
             run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
+            if c.node_rank is None and not run.is_master:
+                self._find_master(address, deadline)
             row["detail"] = f"{result.interface} → {address}:{c.port}"
             if run.is_master:
                 self._host()
+                if c.node_rank == 0:
+                    self._check_alone(result, address)
             else:  # hello first: the master learns of this node even when its store port is blocked
                 self._hello(result, deadline)
             connect(result, c.port, max(deadline, time.monotonic() + 3))
@@ -225,14 +229,36 @@ class NodeAgent:
         if reply.ok:
             run.run_id = reply.run_id
 
-    def _host(self) -> None:
-        """The master's store and gate, up before anyone can knock."""
-        c = self.config
+    def _find_master(self, address: str, deadline: float) -> None:
+        """No node owns ``address`` (Docker NAT): the master is the node whose own listener
+        answers there (whoami); a node that cannot tell stops and says how to tell it."""
         self.run.run_id = uuid.uuid4().hex[:12]
+        self.gate, found = whoami.search(self.config, address, self.run.run_id, deadline)
+        self.run.observed.master_search, self.run.is_master = found, self.gate is not None
+        if found.undecided:
+            raise PhaseFailed(f"reach: cannot tell whether this node is the master: no "
+                              f"nccldoctor answered at {found.gate} ({found.error})")  # fmt: skip
+
+    def _check_alone(self, result: ReachResult, address: str) -> None:
+        """``--node-rank 0``: stop when ``--master`` leads to another node's listener, and tell
+        that node why this one will not join."""
+        found = whoami.check_alone(self.config, address, self.gate)
+        self.run.observed.master_search = found
+        if found.second_master:
+            self._hello(result, time.monotonic() + 3)
+            why = f"started as the master (--node-rank 0) too, but --master leads to {found.gate}"
+            listener.send_note(address, self.config.gate_port, self.run.node, self.config.token,
+                               why)  # fmt: skip
+            raise PhaseFailed(f"reach: {why}, another node's nccldoctor")
+
+    def _host(self) -> None:
+        """The master's store and gate (kept from whoami's search), up before anyone knocks."""
+        c = self.config
+        self.run.run_id = self.run.run_id or uuid.uuid4().hex[:12]
         budget = c.timeouts.rendezvous + c.timeouts.workers_total() + c.timeouts.exit_barrier
         try:
             self.store = rendezvous.host_store(c.port, budget)
-            self.gate = listener.MasterListener(c.gate_port, c.token, self.run.run_id)
+            self.gate = self.gate or listener.MasterListener(c.gate_port, c.token, self.run.run_id)
         except Exception as exc:
             self.run.observed.listen_error = str(exc)
             raise PhaseFailed(f"reach: {exc}") from exc
