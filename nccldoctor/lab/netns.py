@@ -170,6 +170,12 @@ class NetLab:
             in_container("ip", "link", "set", "lo", "up")
             in_container("ip", "route", "add", "default", "via", f"{DOCKER0_PREFIX}.1")
         host.container = Container(cid, self.hostname or cid, root, cgroup, address)
+        # dockerd writes each container's own hosts (its hostname → its address) and
+        # resolv.conf. No DNS server is reachable on this LAN: without a local one, a reverse
+        # lookup (TCPStore's of each client) fails at once instead of timing out for seconds.
+        own = address or host.address
+        self.write_etc(host, "hosts", f"127.0.0.1\tlocalhost\n{own}\t{host.container.hostname}\n")
+        self.write_etc(host, "resolv.conf", "nameserver 127.0.0.1\n")
 
     def _add_ns(self, ns: str) -> None:
         _ip("netns", "add", ns)

@@ -154,7 +154,7 @@ def merge_reports(
         findings = {k: f for k, f in findings.items() if f.id not in _RANK_VERDICT_IDS}
         master = (first.extra.get("run") or {}).get("node")
         cause = causes.judge(facts, ranks, probes, wire, master=master)
-        hang = verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None)
+        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause))
         if ranks:
             area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
         judged += [

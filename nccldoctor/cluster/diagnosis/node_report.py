@@ -105,9 +105,7 @@ def build_node_report(
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
             "ranks": run.ranks,
-            "hang": verdict.hang_section(
-                run.ranks, run.lost, cause=cause.sentence if cause else None
-            ),
+            "hang": verdict.hang_section(run.ranks, run.lost, *causes.verdict_args(cause)),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
             "cluster": merge.cluster_section(config.master, world, {}),

@@ -35,10 +35,14 @@ def _first_line(text: str | None, phase: str | None = None, limit: int = 200) ->
 
 
 def hang_section(
-    ranks: list[dict[str, Any]], lost: Sequence[str] = (), cause: str | None = None
+    ranks: list[dict[str, Any]],
+    lost: Sequence[str] = (),
+    cause: str | None = None,
+    cause_of: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The report's ``hang`` section (docs/report.md): null when every rank ended well and no node was lost.
-    ``cause`` (see ``causes``), when the network explains the stop, leads the verdict."""
+    ``cause`` (see ``causes``), when the network explains the stop, leads the verdict;
+    ``cause_of`` ({"check", "category"}) names the finding it rests on."""
     ordered = culprits(ranks, WORKER_PHASES)
     if not ordered and not lost:
         return None
@@ -62,6 +66,7 @@ def hang_section(
             if r["state"] == "stuck"
         ],
         "verdict": "; ".join(sentences) + ".",
+        **({"cause": cause_of} if cause and cause_of else {}),
     }
 
 
