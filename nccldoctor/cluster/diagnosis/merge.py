@@ -154,7 +154,8 @@ def merge_reports(
         findings = {k: f for k, f in findings.items() if f.id not in _RANK_VERDICT_IDS}
         master = (first.extra.get("run") or {}).get("node")
         cause = causes.judge(facts, ranks, probes, wire, master=master)
-        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause))
+        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause),
+                                    lost_of=NODE_LOST)  # fmt: skip
         if ranks:
             area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
         judged += [
@@ -259,10 +260,13 @@ def _gathered_findings(gathered: Gathered) -> list[Finding]:
     return [*joined, *skew_findings(gathered.entries)]
 
 
+NODE_LOST = {"check": "run.node-lost", "category": "remote_peer_closed"}
+
+
 def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
     return Finding(
-        "run.node-lost",
-        "remote_peer_closed",
+        NODE_LOST["check"],
+        NODE_LOST["category"],
         Severity.FAIL,
         f"node {name} (node rank {node_rank}) stopped reporting during its {phase} phase",
         [f"no result before the exit barrier's deadline; last phase announced: {phase}"],

@@ -61,6 +61,8 @@ RUN_MEASURED = (
 
 
 RUN_STOPPED = "run.incomplete"
+# gather.py names the lost master in run.lost; run.master-lost is its finding
+MASTER_LOST = {"check": "run.master-lost", "category": "remote_peer_closed"}
 
 
 def build_node_report(
@@ -105,7 +107,9 @@ def build_node_report(
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
             "ranks": run.ranks,
-            "hang": verdict.hang_section(run.ranks, run.lost, *causes.verdict_args(cause)),
+            "hang": verdict.hang_section(
+                run.ranks, run.lost, *causes.verdict_args(cause), lost_of=MASTER_LOST
+            ),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
             "cluster": merge.cluster_section(config.master, world, {}),
