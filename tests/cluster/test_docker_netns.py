@@ -16,11 +16,11 @@ PUBLISHED = (int(PORT), int(PORT) + 1)
 ANSWER_WITHIN = WAIT + 10
 
 
-def _start(lab, extra_for=None):
+def _start(lab, extra_for=None, env=None):
     master = lab.hosts[0].address
     return [
         lab.start(h, ["--master", master, "--nodes", "2", "--port", PORT, *FAST,
-                      *(extra_for or {}).get(h.name, ())], out=lab.reports / h.name)
+                      *(extra_for or {}).get(h.name, ())], out=lab.reports / h.name, env=env)
         for h in lab.hosts
     ]  # fmt: skip
 
@@ -92,3 +92,17 @@ def test_node_rank_0_twice_the_second_master_says_so(lab):
     assert "run.second-master" in _ids(second.node_report())
     assert "run.second-master" not in _ids(master.node_report())
     assert master.rc in (1, 3) and second.rc == 3
+
+
+def test_containers_with_one_hostname_are_told_apart(lab):
+    """`docker run --hostname trainer` on both servers, no node name given: each node is named
+    by its hostname, and the world adds the node rank to the shared one."""
+    lab = lab(2, docker="host", hostname="trainer")
+    runs = _start(lab, env={"NCCLDOCTOR_NODE_NAME": ""})  # the hostname names the node
+    lab.wait(runs, 150)
+    for run in runs:
+        assert run.rc == 0, run.stdout[-3000:]
+    doc = runs[0].cluster_report()
+    assert sorted(n["node"] for n in doc["nodes"]) == ["trainer#0", "trainer#1"]
+    assert sorted(r["node"] for r in doc["ranks"]) == ["trainer#0", "trainer#1"]
+    assert (runs[1].out / "check-trainer#1.json").is_file()

@@ -127,10 +127,12 @@ def merge_reports(
             _read_world(section, cluster, listed, worlds)
             listed_missing += [str(n) for n in section.get("missing_nodes") or []]
     if gathered is not None:
+        named = {n.slot: n.name for n in gathered.world.nodes} if gathered.world else {}
         for entry in sorted(gathered.entries, key=lambda e: e.slot):
-            if entry.facts.get("node") not in nodes:  # a node lost after it joined
-                facts = from_dict(NodeFacts, entry.facts)
-                nodes[facts.node] = facts
+            name = named.get(entry.slot, entry.name)  # the world's name: unique
+            if name not in nodes:  # a node lost after it joined
+                nodes[name] = from_dict(NodeFacts, entry.facts)
+                nodes[name].node = name
         wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
 
     ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))

@@ -48,6 +48,18 @@ class NodeRun:
     def __post_init__(self) -> None:
         self.observed = RunObserved(self.node, self.port)
 
+    def rename(self, name: str) -> None:
+        """The world's name for this node (its hostname with its node rank, when another
+        node has the same: rendezvous.unique_names) on everything said so far."""
+        old, self.node, self.observed.node = self.node, name, name
+        if self.facts is not None:
+            self.facts.node = name
+        for item in (*self.findings, *self.phases):
+            if isinstance(item, dict) and item.get("node") == old:
+                item["node"] = name
+            elif isinstance(item, Finding) and item.node == old:
+                item.node = name
+
 
 # Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
 # address the master saw): preflight's predictions are replaced by their judgement of the
