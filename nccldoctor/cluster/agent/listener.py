@@ -204,14 +204,15 @@ def say_hello(
 
 
 def whose_gate(
-    master: str, port: int, token: str | None, deadline: float
+    master: str, port: int, node: str, token: str | None, deadline: float
 ) -> tuple[str | None, str]:
     """The nonce of the listener answering at ``master``:``port`` ("" when it refused our token:
     not ours, then), or None and the last error once ``deadline`` (monotonic) passed."""
     last = "no attempt"
     while True:
         try:
-            reply = _request(master, port, {"op": "whoami", "token": token or ""}, deadline)
+            message = {"op": "whoami", "node": node, "token": token or ""}
+            reply = _request(master, port, message, deadline)
             return (str(reply["nonce"]), "") if reply.get("ok") else ("", str(reply.get("error")))
         except (OSError, ValueError, KeyError) as exc:
             last = f"{type(exc).__name__}: {exc}"

@@ -34,7 +34,9 @@ def search(
         )
     except OSError as exc:  # someone else's listener holds the port here: not ours to be
         gate, found.own_gate_error = None, str(exc)
-    nonce, found.error = listener.whose_gate(address, config.gate_port, config.token, deadline)
+    nonce, found.error = listener.whose_gate(
+        address, config.gate_port, config.node_name, config.token, deadline
+    )
     found.answered = nonce is not None
     found.mine = gate is not None and nonce == gate.nonce
     found.elapsed_s = round(time.monotonic() - t0, 3)
@@ -49,8 +51,9 @@ def check_alone(config: CheckConfig, address: str, gate: listener.MasterListener
     found = MasterSearch(f"{address}:{config.gate_port}", config.node_rank)
     t0 = time.monotonic()
     nonce, found.error = listener.whose_gate(
-        address, config.gate_port, config.token, time.monotonic() + CONFLICT_WAIT_S
-    )
+        address, config.gate_port, config.node_name, config.token,
+        time.monotonic() + CONFLICT_WAIT_S,
+    )  # fmt: skip
     found.answered, found.mine = nonce is not None, nonce == gate.nonce
     found.elapsed_s = round(time.monotonic() - t0, 3)
     return found
