@@ -113,8 +113,8 @@ def main() -> int:
                               if p["node"] == "node0" and p["duration_s"] is not None)  # fmt: skip
         ratio = min(check) / min(bare)  # the least disturbed run of each on a shared machine
         rows = report["bandwidth"]["rows"]
-        wire = report["bandwidth"]["tcp_wire_gbps"]["node1"]
-        busbw_gbit = rows[-1]["busbw_gbps"] * 8
+        wire = report["bandwidth"]["tcp_wire_Gbitps"]["node1"]
+        busbw_gbit = rows[-1]["busbw_GBps"] * 8
 
         out = work / "hang"
         fault = {"node1": {"NCCLDOCTOR_FAULT": "hang:allreduce_correctness:rank=1"}}

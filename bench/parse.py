@@ -3,8 +3,12 @@
 Writes 64 rank files (default about 1 GiB in all) of realistic NCCL_DEBUG=TRACE output: init,
 bootstrap, IB and transport lines, the tuning table, then mostly collective-trace lines
 (``AllReduce: opCount …``) with ``NCCL CALL`` lines and rank 0's per-call algorithm lines. Rank
-files are what ``NCCL_DEBUG_FILE=nccl.%h.%p.log`` writes, so they hold no application output. Then times ``nccldoctor explain --json`` and ``grep -c NCCL`` over the files,
-and samples the parser's peak memory (resident set of the whole process tree). Wall and CPU time
+files are what ``NCCL_DEBUG_FILE=nccl.%h.%p.log`` writes, so they hold no application output.
+The second corpus is what most tickets carry instead: one node's captured stdout per file (the
+same lines of 16 ranks, interleaved), a third of it the application's own lines (training steps,
+warnings), every line behind torchrun's ``[rankN]:`` prefix. On each corpus it times
+``nccldoctor explain --json`` and ``grep -c NCCL`` over the files, and samples the parser's peak
+memory (resident set of the whole process tree). Wall and CPU time
 are both printed: on a shared machine the CPU-time ratio is the one that does not depend on the
 other tenants.
 
@@ -30,13 +34,14 @@ import psutil
 
 RANKS = 64
 RANKS_PER_NODE = 8
-TARGET_RATIO = 0.15
+TARGET_RATIO = 0.30
+STDOUT_RANKS = 16
 TARGET_RSS = 200 << 20
 REPO = Path(__file__).resolve().parent.parent
 FUNCS = ("AllReduce", "AllReduce", "AllReduce", "AllGather", "ReduceScatter", "Broadcast")
 
 
-def _init_lines(rank: int, host: str, pid: int) -> list[str]:
+def _init_lines(rank: int, host: str, pid: int, nranks: int) -> list[str]:
     p = f"{host}:{pid}:{pid} [{rank % RANKS_PER_NODE}] NCCL INFO "
     t = f"{host}:{pid}:{pid + 17} [{rank % RANKS_PER_NODE}] NCCL INFO "
     dev = rank % RANKS_PER_NODE
@@ -50,14 +55,14 @@ def _init_lines(rank: int, host: str, pid: int) -> list[str]:
         p
         + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB [RO]; OOB ib0:198.18.0.2<0>",
         p + "Using network IB",
-        p + f"ncclCommInitRank comm {comm} rank {rank} nranks {RANKS} cudaDev {dev} nvmlDev {dev} "
+        p + f"ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} "
         f"busId {dev + 1}8000 commId 0x9f3c1b2ad4e5f601 - Init START",
         p
-        + f"comm {comm} rank {rank} nRanks {RANKS} nNodes {RANKS // RANKS_PER_NODE} localRanks 8 localRank {dev} MNNVL 0",
+        + f"comm {comm} rank {rank} nRanks {nranks} nNodes {nranks // RANKS_PER_NODE} localRanks 8 localRank {dev} MNNVL 0",
     ]
     for hca in range(4):
         lines.append(p + f"NET/IB : GPU Direct RDMA Enabled for HCA {hca} 'mlx5_{hca}'")
-    nxt, prv = (rank + 1) % RANKS, (rank - 1) % RANKS
+    nxt, prv = (rank + 1) % nranks, (rank - 1) % nranks
     for ch in range(16):
         if rank % RANKS_PER_NODE == RANKS_PER_NODE - 1:
             lines.append(
@@ -77,15 +82,15 @@ def _init_lines(rank: int, host: str, pid: int) -> list[str]:
         p + "Connected all trees",
         p
         + "16 coll channels, 16 collnet channels, 0 nvls channels, 16 p2p channels, 2 p2p channels per peer",
-        p + f"ncclCommInitRank comm {comm} rank {rank} nranks {RANKS} cudaDev {dev} nvmlDev {dev} "
+        p + f"ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} "
         f"busId {dev + 1}8000 commId 0x9f3c1b2ad4e5f601 - Init COMPLETE",
     ]
     return lines
 
 
-def write_rank(args: tuple[str, int, int]) -> int:
+def write_rank(args: tuple[str, int, int, int]) -> int:
     """One rank's NCCL_DEBUG_FILE: init, then ``ops`` collectives (the same number on every rank)."""
-    path, rank, ops = args
+    path, rank, ops, nranks = args
     host = f"node-{rank // RANKS_PER_NODE:02d}"
     pid = 40000 + rank
     dev = rank % RANKS_PER_NODE
@@ -95,7 +100,7 @@ def write_rank(args: tuple[str, int, int]) -> int:
     written = 0
     op = 0
     with open(path, "w") as out:
-        text = "\n".join(_init_lines(rank, host, pid)) + "\n"
+        text = "\n".join(_init_lines(rank, host, pid, nranks)) + "\n"
         out.write(text)
         written += len(text)
         while op < ops:
@@ -109,7 +114,7 @@ def write_rank(args: tuple[str, int, int]) -> int:
                     )
                 batch.append(
                     f"{p}{func}: opCount {op:x} sendbuff 0x7f1c40000000 recvbuff 0x7f1c48000000 "
-                    f"count {count} datatype 7 op 0 root 0 comm {comm} [nranks={RANKS}] stream 0x55d1d000"
+                    f"count {count} datatype 7 op 0 root 0 comm {comm} [nranks={nranks}] stream 0x55d1d000"
                 )
                 if rank == 0:
                     algo = "RING proto SIMPLE" if count >= 65536 else "TREE proto LL"
@@ -121,6 +126,72 @@ def write_rank(args: tuple[str, int, int]) -> int:
             out.write(text)
             written += len(text)
     return written
+
+
+APP_LINES = (
+    "Epoch {e}:  {p:2d}%|#####     | {s}/20000 [12:01<12:30, 13.4it/s, loss={l:.4f}, lr=3e-4]",
+    "{{'loss': {l:.4f}, 'grad_norm': 0.8{s}, 'learning_rate': 2.9e-05, 'epoch': {e}.{p:02d}}}",
+    "/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:464: UserWarning: "
+    "torch.utils.checkpoint: please pass in use_reentrant=True or use_reentrant=False explicitly.",
+)
+
+
+def write_stdout(args: tuple[str, int, int, int]) -> int:
+    """One node's captured stdout: ``ranks`` ranks' lines round-robin, after every two NCCL
+    lines one application line, each line behind torchrun's ``[rankN]:``."""
+    path, first, ranks, ops = args
+    written = 0
+    with open(path, "w") as out:
+        streams = []
+        for r in range(first, first + ranks):
+            rank_file = f"{path}.{r}.tmp"
+            write_rank((rank_file, r, ops, STDOUT_RANKS))
+            streams.append(open(rank_file))  # noqa: SIM115 - closed below
+        step = 0
+        batch: list[str] = []
+        live = list(range(len(streams)))
+        while live:
+            for i in list(live):
+                line = streams[i].readline()
+                if not line:
+                    live.remove(i)
+                    continue
+                batch.append(f"[rank{first + i}]:{line}")
+                step += 1
+                if step % 2 == 0:
+                    app = APP_LINES[step % len(APP_LINES)]
+                    text = app.format(
+                        e=step // 99991, p=step % 100, s=step % 20000, l=1 / (1 + step)
+                    )
+                    batch.append(f"[rank{first + i}]:{text}\n")
+            if len(batch) > 4096:
+                text = "".join(batch)
+                out.write(text)
+                written += len(text)
+                batch = []
+        text = "".join(batch)
+        out.write(text)
+        written += len(text)
+        for stream in streams:
+            stream.close()
+            os.unlink(stream.name)
+    return written
+
+
+def make_stdout_corpus(folder: Path, total: int) -> list[Path]:
+    """Two nodes' stdout, 8 ranks each, of a 16-rank job."""
+    per_node = RANKS_PER_NODE
+    nodes = STDOUT_RANKS // per_node
+    paths = [folder / f"stdout.node-{n:02d}.log" for n in range(nodes)]
+    per_op = 229 * 3 // 2 + 8  # a collective's lines, half an application line, the prefix
+    ops = int(total / STDOUT_RANKS / per_op)
+    with ProcessPoolExecutor() as pool:
+        list(
+            pool.map(
+                write_stdout, [(str(p), n * per_node, per_node, ops) for n, p in enumerate(paths)]
+            )
+        )
+    return paths
 
 
 def parse_size(text: str) -> int:
@@ -136,7 +207,7 @@ def make_corpus(folder: Path, total: int) -> list[Path]:
     per_op = 229  # bytes per collective on a rank: one COLL line (196) and a third of a CALL line
     ops = int(total / RANKS / per_op)
     with ProcessPoolExecutor() as pool:
-        list(pool.map(write_rank, [(str(p), r, ops) for r, p in enumerate(paths)]))
+        list(pool.map(write_rank, [(str(p), r, ops, RANKS) for r, p in enumerate(paths)]))
     return paths
 
 
@@ -168,14 +239,18 @@ def run_sampled(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int,
     return wall, cpu, peak_sum, peak_one
 
 
-def bench(total: int, keep: bool) -> bool:
+CORPORA = {"rank files": make_corpus, "stdout, 16 ranks interleaved": make_stdout_corpus}
+
+
+def bench(total: int, keep: bool, kind: str) -> bool:
     folder = Path(tempfile.mkdtemp(prefix="nccldoctor-bench-"))
     try:
         t0 = time.perf_counter()
-        paths = make_corpus(folder, total)
+        paths = CORPORA[kind](folder, total)
         size = sum(p.stat().st_size for p in paths)
         print(
-            f"corpus: {len(paths)} rank files, {size / (1 << 20):.0f} MiB, written in {time.perf_counter() - t0:.1f} s"
+            f"corpus ({kind}): {len(paths)} files, {size / (1 << 20):.0f} MiB, "
+            f"written in {time.perf_counter() - t0:.1f} s"
         )
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         grep = [shutil.which("grep") or "grep", "-c", "NCCL", *map(str, paths)]
@@ -219,11 +294,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", action="append", help="corpus size, e.g. 256M or 1G (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the corpus folder")
+    ap.add_argument("--corpus", action="append", choices=list(CORPORA), help="only this corpus")
     args = ap.parse_args()
     ok = True
     for size in args.size or ["1G"]:
-        print(f"== {size}")
-        ok &= bench(parse_size(size), args.keep)
+        for kind in args.corpus or list(CORPORA):
+            print(f"== {size}")
+            ok &= bench(parse_size(size), args.keep, kind)
     return 0 if ok else 1
 
 

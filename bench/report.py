@@ -1,6 +1,7 @@
-"""Benchmark: a 64-rank, 8-node check report with full logs stays < 3 MB and renders in < 1 s.
+"""Benchmark: a 64-node check report with full logs stays < 3 MB and renders its page in at
+most 10× the time `json.load` takes to read the same file.
 
-Builds a realistic document (8 nodes × 8 GPUs, the last LINES_PER_RANK lines of every rank's
+Builds a realistic document (64 nodes, one rank each, the last LINES_PER_RANK lines of every rank's
 NCCL INFO log of about 2000 lines, far more than the tail a check keeps, 4 channels of per-peer connections, the full
 phase list, a 24-size bandwidth sweep, 30 findings), writes it with ``write_report``, then times
 what ``nccldoctor report RUN.json -o report.html`` does of its own (read + upgrade + Report +
@@ -36,10 +37,10 @@ from tests.report.builders import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-NODES, GPUS, LOG_LINES = 8, 8, 2000
+NODES, GPUS, LOG_LINES = 64, 1, 2000
 LINES_PER_RANK = 200  # a stress size for the page: a check keeps only the last few lines
 SIZE_LIMIT = 3 * 2**20
-TIME_LIMIT_S = 1.0
+RATIO_LIMIT = 10.0  # load + HTML against json.load of the same file
 
 
 def rank_log(host: str, rank: int, nranks: int) -> list[str]:
@@ -116,7 +117,7 @@ def build_report() -> Report:
     ]
     bandwidth = bandwidth_section(nranks, 40.0)
     bandwidth["rows"] = bandwidth_section(nranks, 40.0)["rows"] * 3 + bandwidth["rows"][:3]
-    bandwidth["tcp_wire_gbps"] = {n: 11.5 for n in names}
+    bandwidth["tcp_wire_Gbitps"] = {n: 11.5 for n in names}
     return Report(
         kind="check",
         nodes=[node_facts(n, f"198.18.0.{i + 1}/24", GPUS) for i, n in enumerate(names)],
@@ -179,16 +180,14 @@ def main() -> int:
         f"ranks {NODES * GPUS}, nodes {NODES}, log lines kept per rank {LINES_PER_RANK} of {LOG_LINES}"
     )
     print(
-        f"report JSON: {size / 2**20:.2f} MiB ({size} bytes; limit 3 MiB); HTML page: {html_size / 2**20:.2f} MiB"
+        f"report JSON: {size / 2**20:.2f} MiB ({size} bytes; limit 3 MiB); HTML page: {html_size / 2**20:.2f} MiB (limit 3 MiB)"
     )
     print(
         f"json.load: {json_s * 1e3:.1f} ms; load+upgrade+Report: {load_s * 1e3:.1f} ms; load + HTML: {render_s * 1e3:.1f} ms"
     )
-    print(
-        f"ratio load+HTML / json.load: {render_s / json_s:.1f}x (limit: {TIME_LIMIT_S:.1f} s of own work)"
-    )
+    print(f"ratio load+HTML / json.load: {render_s / json_s:.1f}x (limit {RATIO_LIMIT:g}x)")
     print(f"whole command with interpreter start and imports: {cli_s * 1e3:.0f} ms (not limited)")
-    ok = size < SIZE_LIMIT and render_s < TIME_LIMIT_S
+    ok = size < SIZE_LIMIT and html_size < SIZE_LIMIT and render_s / json_s <= RATIO_LIMIT
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

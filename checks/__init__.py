@@ -9,7 +9,14 @@ function over one *subject*, named by its scope:
   master's listener, rendezvous, port probes);
 - ``ranks``: how the ranks of a run ended (the workers' outcomes, the hang analysis);
 - ``logs``: the summary of NCCL/PyTorch logs (one job's ranks, or pasted logs);
-- ``job``: what `nccldoctor watch` saw of the user's own job.
+- ``job``: what `nccldoctor watch` saw of the user's own job;
+- ``flightrec``: PyTorch Flight Recorder dumps matched across ranks (a ticket's, or the ones
+  `watch` and `check` collect);
+- ``nccl_tests``: the nccl-tests runs of a ticket, with what its logs and node facts say of
+  the network;
+- ``ras``: the NCCL RAS outputs of a ticket;
+- ``bandwidth``: the sweep's largest busbw against what the nodes' links carry
+  (:class:`checks.linkrates.LinkBudget`).
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -25,12 +32,14 @@ import pkgutil
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal["node", "cluster", "run", "ranks", "logs", "job"]
-SCOPES: tuple[Scope, ...] = ("node", "cluster", "run", "ranks", "logs", "job")
+Scope = Literal[
+    "node", "cluster", "run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"
+]
+SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
 @dataclass
@@ -130,7 +139,9 @@ _NOT_CHECKS = frozenset({"signatures"})
 # The rules of these scopes live in the module of the scope's name (checks/logs.py ...), so that
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
-_SCOPE_MODULES: frozenset[str] = frozenset({"run", "ranks", "logs", "job"})
+_SCOPE_MODULES: frozenset[str] = frozenset(
+    {"run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"}
+)
 
 
 def _load(scope: Scope | None = None) -> None:

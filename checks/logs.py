@@ -369,6 +369,29 @@ def rank_stopped_early(group: CommGroup) -> Problem | None:
     )
 
 
+@check("logs.rank-behind", area="logs", category="collective_timeout_hang", scope="logs")
+def rank_behind(reading: LogReading) -> Problem | None:
+    """Across ranks, the one whose last completed collective (PyTorch's SeqNum) is lowest."""
+    seqs = reading.logs.completed_seq
+    if len(seqs) < 2 or len(set(seqs.values())) < 2:
+        return None
+    low = min(seqs.values())
+    behind = sorted(r for r, s in seqs.items() if s == low)
+    ahead = max(seqs.values())
+    return Problem(
+        Severity.FAIL,
+        f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} "
+        f"{'are' if len(behind) > 1 else 'is'} behind: last completed collective {low}, "
+        f"others reached {ahead}",
+        [f"rank {r}: last completed SeqNum {s}" for r, s in sorted(seqs.items())][:MAX_EVIDENCE],
+        "The others wait in a collective these ranks never issued or never finished: read their\n"
+        "own output for a traceback or a stall, then dump their stacks:\n"
+        "py-spy dump --pid <pid of the rank behind>\n"
+        "export TORCH_NCCL_DESYNC_DEBUG=1 TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+        rank=behind[0],
+    )
+
+
 # --- the processes ---------------------------------------------------------------------------------
 
 

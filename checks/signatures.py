@@ -112,6 +112,10 @@ class SignatureMatcher:
         self._entries = tuple(compiled)
         self._gate = re.compile(_trie_regex({_gate_literal(sig.prefilter) for sig in signatures}))
 
+    def gate(self, text: str) -> bool:
+        """Whether some signature's prefilter may occur in ``text``: a cheap test of many lines."""
+        return self._gate.search(text) is not None
+
     def match(self, text: str) -> list[SignatureMatch]:
         """All signatures matching ``text``, most specific first; ``[]`` for most lines."""
         if self._gate.search(text) is None:
@@ -338,3 +342,11 @@ def identify(text: str) -> str | None:
     records while it reads (module-level, so a parse pool can pickle it by reference)."""
     found = _default().match(text)
     return found[0].signature.id if found else None
+
+
+def _gate(text: str) -> bool:
+    """Whether any signature may match somewhere in ``text`` (a chunk of many lines)."""
+    return _default().gate(text)
+
+
+identify.gate = _gate  # type: ignore[attr-defined]  # the parser's bulk test (ncclog/signals.py)

@@ -1,25 +1,57 @@
-"""`nccldoctor explain` as a library: parse logs, summarise them, judge them with the log rules.
+"""`nccldoctor explain` as a library: parse logs, summarise them, judge them with the log rules;
+and a ticket's other attachments (nccl-tests output, NCCL RAS output, Flight Recorder dumps,
+nccldoctor reports), each kind read by its reader and judged by its scope's rules.
 
 The parser (``ncclog``) reads and records which lines the signature catalogue recognises; the
 rules of scope ``logs`` (``checks/logs.py``) turn the reading into findings. ``check`` and
-``watch`` read their ranks' logs through the same function.
+``watch`` read their ranks' logs through the same function. ``explain_ticket`` answers across
+kinds: the nccl-tests rules see the network NCCL's log lines name and each node's NIC capacity
+from the node reports in the same ticket. PyTorch Flight Recorder dumps are matched across ranks
+(``forensics/flightrec.py``) and judged by the ``flightrec`` rules; ``watch`` and ``check`` feed
+the dumps they collect through ``explain_dumps`` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from checks import run_checks
 from checks.signatures import identify
+from nccldoctor import ncctests, ras
+from nccldoctor.forensics import flightrec
 from nccldoctor.model import Finding
 from nccldoctor.ncclog import LogSet, Source, explain_logs, parse_sources
 from nccldoctor.ncclog.summary import read_logs
+from nccldoctor.report.load import ReportError, load_document_report
+from nccldoctor.ticket import Attachment, Ticket, read_text
+
+# nccl-tests and ncclras outputs are small; a file past this is read up to it, and says so
+MAX_TEXT_BYTES = 64 << 20
+_CUT = f"longer than {MAX_TEXT_BYTES >> 20} MiB: read up to there"
+
+Context = dict[str, Any]  # what one kind's reading lends the others: the log's network, NICs
+Analysis = Callable[[list[Attachment], Context], tuple[dict[str, Any], list[Finding]]]
 
 
 def judge_logs(logs: LogSet) -> list[Finding]:
     """Every logs-scope rule over parsed ``logs``."""
     return run_checks("logs", read_logs(logs))
+
+
+def explain_dumps(
+    dumps: Sequence[tuple[Path, int | None]],
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The ``flight_recorder`` section and the flightrec findings of dump files, each with its
+    rank (None: the number its file name ends with); (None, []) without any."""
+    if not dumps:
+        return None, []
+    analysis = flightrec.Analysis()
+    for path, rank in dumps:
+        analysis.add_file(path, rank)
+    reading = analysis.reading()
+    return reading.to_dict(), run_checks("flightrec", reading)
 
 
 def explain(
@@ -28,3 +60,119 @@ def explain(
     """The report's extra section (the summary and headline) and the findings of ``sources``."""
     logs = parse_sources(sources, jobs=jobs, progress=progress, identify=identify)
     return explain_logs(logs), judge_logs(logs)
+
+
+def _text(attachment: Attachment) -> tuple[str, bool]:
+    try:
+        return read_text(attachment.path, MAX_TEXT_BYTES)
+    except OSError as exc:
+        return f"# unreadable: {exc}", False
+
+
+def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
+    runs: list[ncctests.PerfRun] = []
+    for f in files:
+        text, cut = _text(f)
+        if text.lstrip().startswith("{"):
+            read = [ncctests.parse_json(text, f.name)]
+        else:
+            read = ncctests.parse_text(text.splitlines(), f.name)
+        for run in read:
+            run.error = run.error or (_CUT if cut else None)
+        runs.extend(read)
+    reading = ncctests.PerfReading(runs, context.get("network"), context.get("links", {}))
+    section = {"runs": [r.to_dict() for r in runs], "link_gbytes": reading.link_gbytes}
+    return section, run_checks("nccl_tests", reading)
+
+
+def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
+    reports = []
+    for f in files:
+        text, cut = _text(f)
+        if text.lstrip().startswith("{"):
+            report = ras.parse_json(text, f.name)
+        else:
+            report = ras.parse_text(text.splitlines(), f.name)
+        report.error = report.error or (_CUT if cut else None)
+        reports.append(report)
+    reading = ras.RasReading(reports, context.get("last_lines", {}))
+    return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reading)
+
+
+def _flight_recorder(
+    files: list[Attachment], context: Context
+) -> tuple[dict[str, Any], list[Finding]]:
+    section, found = explain_dumps([(Path(f.path), None) for f in files])
+    return section or {}, found
+
+
+# The kinds beside the logs, in the order they are read, and what reads each.
+ANALYSES: dict[str, Analysis] = {
+    "nccl_tests": _nccl_tests,
+    "ras": _ras,
+    "flight_recorder": _flight_recorder,
+}
+
+
+def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
+    """Each node's NIC capacity (GB/s) from the node reports in the ticket, and the reports that
+    could not be read."""
+    links: dict[str, float] = {}
+    unread: list[str] = []
+    for f in files:
+        try:
+            report = load_document_report(f.path)
+        except ReportError as exc:
+            unread.append(f"{f.name}: {exc}")
+            continue
+        for node in report.nodes:
+            rates = [p.rate for h in node.rdma.hcas for p in h.ports if p.state == "ACTIVE"]
+            speeds = [
+                i.speed_mbps or 0 for i in node.network.interfaces if i.kind == "physical" and i.up
+            ]
+            capacity = ncctests.link_gbytes(rates, speeds)
+            if capacity is not None:
+                links[node.network.hostname or node.node] = capacity
+    return links, unread
+
+
+def _last_lines(summary: Any) -> dict[tuple[int, int], str]:
+    """Where each rank's log stops, by (communicator hash, rank), from the log summary."""
+    found: dict[tuple[int, int], str] = {}
+    for comm in (summary or {}).get("communicators") or []:
+        try:
+            comm_hash = int(comm.get("comm_id"), 16)
+        except (TypeError, ValueError):
+            continue
+        for rank in comm.get("ranks") or []:
+            if isinstance(rank.get("rank"), int) and rank.get("last_line"):
+                found[(comm_hash, rank["rank"])] = rank["last_line"]
+    return found
+
+
+def explain_ticket(
+    ticket: Ticket, jobs: int | None = None, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, Any], list[Finding]]:
+    """The report's extra sections (today's log keys, one section per other kind, what was
+    found of each) and the findings of every attachment of ``ticket``."""
+    logs = ticket.of_kind("logs")
+    others = any(ticket.of_kind(kind) for kind in (*ANALYSES, "reports"))
+    extra: dict[str, Any] = {}
+    findings: list[Finding] = []
+    if logs or not others:
+        extra, findings = explain([Source(f.path, f.size) for f in logs], jobs, progress)
+    links, unread = _node_links(ticket.of_kind("reports"))
+    context: Context = {
+        "network": extra.get("network"),
+        "links": links,
+        "last_lines": _last_lines(extra.get("nccl")),
+    }
+    for kind, analyse in ANALYSES.items():
+        files = ticket.of_kind(kind)
+        if not files:
+            continue
+        section, found = analyse(files, context)
+        extra[kind] = {"files": [f.name for f in files], **section}
+        findings.extend(found)
+    extra["attachments"] = {**ticket.summary(), "unread_reports": unread}
+    return extra, findings

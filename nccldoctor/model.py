@@ -43,6 +43,8 @@ CATEGORIES: tuple[str, ...] = (
     "p2p_error",
     "gpu_visibility",
     "env_config",
+    "data_corruption",
+    "bandwidth",
     "other",
 )
 
@@ -58,6 +60,8 @@ AREAS: tuple[str, ...] = (
     "cluster",
     "run",
     "logs",
+    "nccl_tests",
+    "ras",
 )
 
 AREA_TITLES: dict[str, str] = {
@@ -71,6 +75,8 @@ AREA_TITLES: dict[str, str] = {
     "cluster": "Cluster consistency",
     "run": "Cluster run",
     "logs": "NCCL logs",
+    "nccl_tests": "nccl-tests output",
+    "ras": "NCCL RAS",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -28,7 +29,9 @@ _SECRET_ASSIGNMENT = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
+    # cached: a document repeats the same few hundred key names thousands of times
     return _has_secret_word(name)
 
 
@@ -70,6 +73,10 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         return redact_env(value)
     if isinstance(value, list):
+        if value and all(isinstance(item, str) for item in value):
+            joined = "\n".join(value)  # a log tail: one test for all its lines, most have nothing
+            if "@" not in joined and not _has_secret_word(joined):
+                return list(value)
         return [redact_value(item) for item in value]
     return value
 

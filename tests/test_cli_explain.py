@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nccldoctor.cli.app import app
@@ -27,6 +28,12 @@ KEYS = {
     "findings": list,
     "nccl": dict,
 }
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """explain writes ./report.html by default: each test in its own folder."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_healthy_answer_comes_first():
@@ -93,6 +100,23 @@ def test_html_report(tmp_path):
     assert result.exit_code == 0, result.output
     html = page.read_text()
     assert "<html" in html.lower() and "NET/Socket via eth0" in html
+    assert result.stdout.splitlines()[-1] == f"Page: {page}"
+
+
+def test_the_page_is_written_by_default_and_named_last(tmp_path):
+    result = runner.invoke(app, ["explain", str(LOGS / "v2.18-socket-2node")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+    assert result.stdout.splitlines()[-1] == "Page: report.html"
+
+
+def test_no_html_writes_no_page_and_json_keeps_stdout_json(tmp_path):
+    result = runner.invoke(app, ["explain", "--no-html", str(LOGS / "v2.18-socket-2node")])
+    assert result.exit_code == 0 and not (tmp_path / "report.html").exists()
+    assert "Page:" not in result.output
+    result = runner.invoke(app, ["explain", "--json", str(LOGS / "v2.18-socket-2node")])
+    json.loads(result.stdout)  # the page's path went to stderr
+    assert result.stderr.splitlines()[-1] == "Page: report.html"
 
 
 def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):

@@ -30,12 +30,21 @@ EXAMPLES = {
         "Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
         "Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/1",
         "Channel 02/1 : 0[0] -> 9[1] [send] via NET/IB/2(1)/GDRDMA/Shared",
+        # older eras, as real threads carry them (tests/fixtures/real/)
+        "Ring 00 : 43 -> 44 [receive] via NET/Socket/0",  # 2.4
+        "Ring 00 : 155[3d000] -> 157[b2000] via P2P/IPC",  # 2.5–2.6
+        "Channel 01 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA",  # 2.7–2.11
+        "Channel 00 : 0[0] -> 1[1] via direct shared memory",  # ≤2.12
     ],
     "collnet": ["CollNet 00/0 : 3 [send] via COLLNET/SHARP/0/GDRDMA"],
     "tuning_row": ["    AllReduce |    10.4/   3.2 |    18.6/  26.7 |    46.2/  62.5 |"],
     "tuning_algorithms": ["  Algorithm   |                            Tree                  |"],
     "tuning_protocols": ["  Protocol    |             LL |          LL128 |         Simple |"],
-    "ring_order": ["Channel 00/02 :    0   1   2   3", "Channel 01/02 :  0  1  2  3 ..."],
+    "ring_order": [
+        "Channel 00/02 :    0   1   2   3",
+        "Channel 01/02 :  0  1  2  3 ...",
+        "Channel 00 :    0   1   2   3",  # 2.4–2.6
+    ],
     "ring_neighbours": ["Ring 00 : 3 -> 0 -> 1"],
     "trees": ["Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1"],
     "init": [
@@ -44,12 +53,25 @@ EXAMPLES = {
         "ncclCommSplit comm 0x55 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1b000 parent 0x44 color 3 key 1- Init START",
         "[Rank 3] ncclCommInitRankConfig comm 0x55 rank 3 nranks 4 cudaDev 1 nvmlDev 1 busId 1b000 commId 0x2 - Init START",
         "ncclCommSplit comm 0x55 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 1b000 commId 0x3 parent 0x44 childCount 2 color 3 key 1 - Init COMPLETE",
+        "comm 0x7f3c rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE",  # 2.4
+        "comm 0x55 rank 1 nranks 4 cudaDev 1 busId 1a000 - Init COMPLETE",  # 2.5–2.16
+        # 2.17–2.18 (cupy/cupy#9090)
+        "comm 0x55f205c38300 rank 1 nranks 2 cudaDev 1 busId 89000 commId 0x1328ee0a0e0cb7aa - Init COMPLETE",
+    ],
+    "init_complete_garbled": [
+        # nccl-1664: an OCR'd screenshot ("ncc1CommInitRank", "nranlks")
+        "ncc1CommInitRank comm 0x7bf8870 rank 13 nranlks 16 cudaDev 5 nvmlDev 5 busId 97000 "
+        "commId 0xa1ffb74daef8a940 - Init COMPLETE",
     ],
     "ended": [
         "comm 0x55d1c2a0 rank 0 nranks 16 cudaDev 0 busId 18000 - Abort COMPLETE",
         "comm 0x55 rank 0 nRanks 2 cudaDev 0 busId 18000 commId 0x1 - Revoke COMPLETE, result 0",
     ],
-    "nccl_version": ["NCCL version 2.21.5+cuda12.4", "NCCL version 2.27.3rc1+cuda12.9"],
+    "nccl_version": [
+        "NCCL version 2.21.5+cuda12.4",
+        "NCCL version 2.27.3rc1+cuda12.9",
+        "NCCL version 2.26.2",  # as PyTorch's DistBackendError ends
+    ],
     "git_version": ["NCCL git version unknown unknown"],
     "driver": ["cudaDriverVersion 12040"],
     "timings": [
@@ -67,7 +89,11 @@ EXAMPLES = {
         "NCCL_NET_GDR_LEVEL set by environment to PHB",
     ],
     "env_set_to": ["NCCL_IB_HCA set to mlx5_0:1,mlx5_1:1"],
-    "bootstrap": ["Bootstrap : Using eth0:10.0.0.1<0>", "Bootstrap: Using ib0:fe80::1%ib0<0>"],
+    "bootstrap": [
+        "Bootstrap : Using eth0:10.0.0.1<0>",
+        "Bootstrap: Using ib0:fe80::1%ib0<0>",
+        "Bootstrap : Using [0]eth0:192.168.0.172<0>",  # 2.4–2.7, a list (NVIDIA/nccl#262)
+    ],
     "plugin": [
         "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
         "NET/Plugin : No plugin found, using internal implementation",
@@ -75,12 +101,14 @@ EXAMPLES = {
     ],
     "network": ["Using network IB", "Using network AWS Libfabric"],
     "ib_devices": [
-        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_4:1/RoCE [RO]; OOB ib0:10.1.0.11<0>"
+        "NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.11.1<0>",  # 2.4–2.11 (NVIDIA/nccl#262)
+        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_4:1/RoCE [RO]; OOB ib0:10.1.0.11<0>",
     ],
     "ib_no_device": ["NET/IB : No device found."],
     "socket_interfaces": ["NET/Socket : Using [0]eth0:10.0.0.11<0> [1]eth1:10.0.1.11<0>"],
     "gdr_hca": ["NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'"],
     "gdr_pair": [
+        "NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 >= 2)",  # 2.4
         "GPU Direct RDMA Disabled for GPU 18000 / HCA 0 (distance 5 > 4)",
         "GPU Direct RDMA Enabled for GPU 1 / HCA 0 (distance 3 <= 4), read 1 mode Default",
     ],
@@ -103,6 +131,12 @@ EXAMPLES = {
         "HINT: In many cases this error indicates that ACS is enabled, which breaks the GPU Direct RDMA protocol."
     ],
 }
+
+
+def test_every_kind_names_its_versions_and_source():
+    for kind in KINDS:
+        assert kind.versions.startswith("2."), kind.name
+        assert kind.source, kind.name
 
 
 def test_every_kind_has_examples():

@@ -63,7 +63,7 @@ def test_docker_bridge_fixture_on_a_multi_node_job():
     assert by_id["container.shm-small"]["title"] == "/dev/shm is only 64 MiB"
     assert "container.memlock-limited" not in by_id  # no HCA in this container
     assert doc["area_status"]["container"] == (
-        "docker, bridge network, /dev/shm 64 MiB, memlock 8192 KiB"
+        "docker, bridge network, /dev/shm 64 MiB, memlock 8 MiB"
     )
 
 

@@ -11,14 +11,19 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import (
+    HtmlPath,
+    NoHtml,
     abort,
     divert_stderr,
+    page_path,
     print_json,
     print_report,
     stderr,
     stdout,
+    write_page,
 )
-from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.cli.progress import Progress
+from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
 from nccldoctor.forensics.stacks import without_cpp_frames
 
 
@@ -106,6 +111,8 @@ def check(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
 ) -> None:
     """Check that the nodes can train together. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
     from nccldoctor.cluster.agent.node import run_check
@@ -125,19 +132,26 @@ def check(
             token=token,
             node_name=node_name,
             env=os.environ,
+            resolve=host_resolves,
         )
     except ConfigError as exc:
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
+    live = False if json_out else None  # --json: plain lines, as in a pipe
     log = config.out / config.node_name / "agent.log"
-    divert_stderr(log)
-    report, path = run_check(config, os.environ, command, progress=lambda m: _progress(m, log))
+    divert_stderr(log)  # before the console is made: it writes to the terminal's copy
+    with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as shown:
+        report, path, code = run_check(config, os.environ, command,
+                                       progress=lambda m: _progress(m, log, shown))  # fmt: skip
     if json_out:
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
         stdout.print(f"Report: {path}")
-    raise typer.Exit(report.exit_code)
+    # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
+    # share one --out folder keep their pages apart
+    write_page(report, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
+    raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 
 def _progress(message: str, log: Path) -> None:
@@ -145,6 +159,13 @@ def _progress(message: str, log: Path) -> None:
     with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
         f.write(message + "\n")
     stderr.print(without_cpp_frames(message))
+
+
+def _progress(message: str, log: Path, shown: Progress) -> None:
+    """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
+    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+        f.write(message + "\n")
+    shown(without_cpp_frames(message))
 
 
 def redact_token(argv: list[str]) -> list[str]:

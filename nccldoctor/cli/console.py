@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,11 +29,15 @@ class _LazyConsole:
         self._console = None
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def real(self) -> Any:
+        """The Console itself, made now (a live display needs the object, not this proxy)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
 
 
 # markup/highlight/emoji off: NCCL lines are full of brackets and must print verbatim.
@@ -78,3 +83,48 @@ def abort(message: str, code: int = 2) -> typer.Exit:
     """Print ``message`` to stderr and return the Exit to raise."""
     stderr.print(f"nccldoctor: {message}", style="red")
     return typer.Exit(code)
+
+
+# Every command that makes a report writes its page too (docs/report.md, *The page by default*).
+HtmlPath = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        envvar="NCCLDOCTOR_HTML",
+        help="Write the HTML page here (default: beside the JSON report).",
+    ),
+]
+NoHtml = Annotated[bool, typer.Option("--no-html", help="Do not write the HTML page.")]
+
+
+def write_page(report: Report, path: Path | None, *, json_out: bool = False) -> Path | None:
+    """Write ``report``'s HTML page to ``path`` (None: --no-html) and print where, as the last
+    line: on stdout, or on stderr when stdout carries the JSON."""
+    if path is None:
+        return None
+    from nccldoctor.views.html import render_html
+
+    write_text(path, render_html(report))
+    (stderr if json_out else stdout).print(f"Page: {path}")
+    return path
+
+
+def page_path(html: Path | None, no_html: bool, default: Path) -> Path | None:
+    """Where the page goes: ``--html``, else ``default``; None with ``--no-html``."""
+    return None if no_html else html or default
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically (a reader never sees half a page); a failure is a usage error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise abort(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_report, stderr, stdout
+from nccldoctor.cli.console import (
+    HtmlPath,
+    NoHtml,
+    abort,
+    page_path,
+    print_report,
+    stderr,
+    stdout,
+    write_page,
+)
 from nccldoctor.cluster.timeouts import TimeoutsError, timeouts_from
 
 
@@ -33,6 +42,8 @@ def demo(
         ),
     ] = "plain",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
 ) -> None:
     """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
     from nccldoctor.lab.demo import SCENARIOS, run_demo
@@ -63,4 +74,5 @@ def demo(
         raise typer.Exit(3)
     print_report(result.report, verbose)
     stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
+    write_page(result.report, page_path(html, no_html, result.report_path.with_suffix(".html")))
     raise typer.Exit(result.exit_code)

@@ -1,27 +1,39 @@
-"""`nccldoctor explain LOG...`: what NCCL did (transport, algorithm) and why it failed or hung."""
+"""`nccldoctor explain PATH...`: what NCCL did (transport, algorithm) and why it failed or hung,
+from a ticket's attachments as they are: logs, nccl-tests and RAS outputs, Flight Recorder dumps,
+nccldoctor reports, folders and archives of them."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, print_json, print_report
+from nccldoctor.cli.console import (
+    HtmlPath,
+    NoHtml,
+    abort,
+    page_path,
+    print_json,
+    print_report,
+    write_page,
+)
 from nccldoctor.report import Report
 
 
 def explain(
     logs: Annotated[
         list[str],
-        typer.Argument(help="Log files, folders (recursive), globs, .gz files, or - for stdin."),
+        typer.Argument(
+            help="Logs, nccl-tests/ncclras outputs, Flight Recorder dumps, reports: files, "
+            "folders (recursive), globs, .gz, .tar(.gz), .zip, or - for stdin."
+        ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    html: Annotated[
-        Path | None,
-        typer.Option("--html", envvar="NCCLDOCTOR_HTML", help="Also write an HTML report here."),
-    ] = None,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -30,37 +42,37 @@ def explain(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
-    """Explain NCCL_DEBUG=INFO logs. Exit 0 healthy, 1 a finding failed, 2 usage."""
-    from nccldoctor.explain import explain as explain_logs
-    from nccldoctor.ncclog import InputError, expand_inputs
+    """Explain a ticket's attachments. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    from nccldoctor.explain import explain_ticket
+    from nccldoctor.ticket import InputError, open_ticket
 
-    try:
-        sources = expand_inputs(logs)
-    except InputError as exc:
-        raise abort(str(exc)) from None
-    render_html = _html_renderer() if html else None
-    extra, findings = explain_logs(sources, jobs=jobs)
+    page = page_path(html, no_html, Path("report.html"))  # explain writes no JSON file
+    # archives are unpacked here and read before it goes
+    with tempfile.TemporaryDirectory(prefix="nccldoctor-explain-") as workdir:
+        try:
+            ticket = open_ticket(logs, Path(workdir))
+        except InputError as exc:
+            raise abort(str(exc)) from None
+        extra, findings = explain_ticket(ticket, jobs=jobs)
     report = Report(
         kind="explain",
         findings=findings,
         command=["nccldoctor", *sys.argv[1:]],
-        area_status={"logs": f"{len(sources)} file{'s' if len(sources) != 1 else ''}"},
+        area_status={
+            kind: _count(len(ticket.of_kind(kind)))
+            for kind in ("logs", "nccl_tests", "ras")
+            if ticket.of_kind(kind) or (kind == "logs" and not ticket.files)
+        },
         extra=extra,
     )
-    if render_html is not None and html is not None:
-        html.write_text(render_html(report), encoding="utf-8")
     if json_out:
         # the console's own file: a 64-rank document is large and needs no rich processing
         print_json(report.to_dict())
     else:
         print_report(report, verbose)
+    write_page(report, page, json_out=json_out)
     raise typer.Exit(report.exit_code)
 
 
-def _html_renderer():
-    """The HTML view, when it is installed; a usage error otherwise (checked before parsing)."""
-    try:
-        from nccldoctor.views.html import render_html
-    except ImportError:
-        raise abort("--html needs nccldoctor.views.html, which this build does not have") from None
-    return render_html
+def _count(n: int) -> str:
+    return f"{n} file{'s' if n != 1 else ''}"

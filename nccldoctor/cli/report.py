@@ -3,15 +3,13 @@ into a cluster report when the master's was lost."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
 
-from nccldoctor.cli.console import abort, print_json, print_report
+from nccldoctor.cli.console import abort, print_json, print_report, write_text
 from nccldoctor.report.document import Report
 
 
@@ -104,23 +102,11 @@ def _render(
     from nccldoctor.views.junit import render_junit
 
     if output:
-        _write(output, render_html(result))
+        write_text(output, render_html(result))
     if junit:
-        _write(junit, render_junit(result))
+        write_text(junit, render_junit(result))
     if json_out:
         print_json(result.to_dict())
     else:
         print_report(result, verbose)
     raise typer.Exit(result.exit_code)
-
-
-def _write(path: Path, text: str) -> None:
-    """Write atomically (a reader never sees half a page); a failure is a usage error."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise abort(f"cannot write {path}: {exc.strerror or exc}") from None

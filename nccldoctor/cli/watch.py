@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import abort, stderr
-from nccldoctor.report import write_report
+from nccldoctor.cli.console import HtmlPath, NoHtml, abort, page_path, stderr, write_page
+from nccldoctor.report import Report, write_report
 
 
 def watch(
@@ -47,6 +47,8 @@ def watch(
         int,
         typer.Option("--port", envvar="NCCLDOCTOR_WATCH_PORT", help="The watchers' store port."),
     ] = 29402,
+    html: HtmlPath = None,
+    no_html: NoHtml = False,
 ) -> None:
     """Run CMD with NCCL/PyTorch debugging on; on a hang or crash write the report.
 
@@ -60,12 +62,14 @@ def watch(
     if hang_after <= 0:
         raise abort("--hang-after must be positive")
     report_path = out / "report.json"
+    page = page_path(html, no_html, report_path.with_suffix(".html"))
     argv = ["nccldoctor", *sys.argv[1:]]
 
-    def write(outcome: WatchOutcome, final: bool) -> None:
+    def write(outcome: WatchOutcome, final: bool) -> Report:
         report = watch_report(outcome, argv, out, final=final)
         write_report(report, report_path)
         stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
+        return report
 
     node = node_name or socket.gethostname()
     peers = None
@@ -83,7 +87,9 @@ def watch(
     except FileNotFoundError as exc:
         raise abort(f"cannot run {command[0]!r}: {exc.strerror}", code=2) from exc
     if outcome.hung or outcome.exit_code != 0:
-        write(outcome, final=True)
+        final = write(outcome, final=True)
     else:
-        write_report(watch_report(outcome, argv, out), report_path)
+        final = watch_report(outcome, argv, out)
+        write_report(final, report_path)
+    write_page(final, page, json_out=True)  # stdout is the job's: the page's path goes to stderr
     raise typer.Exit(outcome.exit_code)

@@ -7,20 +7,30 @@ need no flags:
 - torchrun (``TORCHELASTIC_RUN_ID`` set): ``MASTER_ADDR``; nodes = ``WORLD_SIZE`` /
   ``LOCAL_WORLD_SIZE``; node rank = ``GROUP_RANK``. ``MASTER_PORT`` is torchrun's own store, so
   nccldoctor keeps ``--port``. Run one nccldoctor per node (``--nproc-per-node 1``).
-- Slurm (``SLURM_JOB_ID``): nodes = ``SLURM_JOB_NUM_NODES``/``SLURM_NNODES``, node rank =
-  ``SLURM_NODEID``, master = ``MASTER_ADDR`` or the first host of ``SLURM_JOB_NODELIST``.
+- Slurm (``SLURM_JOB_ID``): nodes = ``SLURM_STEP_NUM_NODES``/``SLURM_JOB_NUM_NODES``/
+  ``SLURM_NNODES``, node rank = ``SLURM_NODEID``, master = ``MASTER_ADDR`` or the first host of
+  ``SLURM_STEP_NODELIST``/``SLURM_JOB_NODELIST``. Only a task of ``srun`` (``SLURM_STEP_ID`` set) is a node: the batch
+  shell of the allocation has the same variables and would wait for nodes that never come.
+- OpenMPI's mpirun (``OMPI_COMM_WORLD_SIZE``): ``MASTER_ADDR`` (``mpirun -x MASTER_ADDR``);
+  nodes = ``OMPI_COMM_WORLD_SIZE`` / ``OMPI_COMM_WORLD_LOCAL_SIZE``; node rank =
+  ``OMPI_COMM_WORLD_RANK`` // ``OMPI_COMM_WORLD_LOCAL_SIZE`` (mpirun fills a node before the
+  next by default). ``OMPI_COMM_WORLD_NODE_RANK`` is not the node's index (docs/launch/mpirun.md).
 - Kubernetes PyTorchJob (``PET_NNODES`` or ``KUBERNETES_SERVICE_HOST``): ``MASTER_ADDR``,
   ``MASTER_PORT``, nodes = ``PET_NNODES`` or ``WORLD_SIZE`` (one pod per node), node rank =
-  ``PET_NODE_RANK`` or ``RANK``.
+  ``PET_NODE_RANK``, ``RANK`` or a JobSet's ``JOB_COMPLETION_INDEX`` (docs/launch/kubernetes.md).
 - Plain env (``MASTER_ADDR`` set): ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK`` as node count
   and node rank (one process per node, as in the two-container DDP setup).
+
+A launcher whose variables contradict each other (a world that is not a whole number of nodes,
+a node list that does not parse or whose first host does not resolve) is a usage error that
+names the variable and what it should hold; every process of the job gets the same one.
 """
 
 from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,18 +80,35 @@ def config_from_args(
     token: str | None = None,
     node_name: str | None = None,
     env: Mapping[str, str],
+    resolve: Callable[[str], bool] | None = None,
 ) -> CheckConfig:
-    """Flags (None when not given) and the environment to a CheckConfig.
+    """Flags (None when not given) and the environment to a CheckConfig. ``resolve``: whether a
+    host name resolves here (:func:`host_resolves`), asked of a master taken from Slurm's node
+    list only; None asks nothing.
 
     Raises:
-        ConfigError: no master anywhere, a bad value, or a process that is not a node agent.
+        ConfigError: no master anywhere, a bad value, launcher variables that contradict each
+            other, or a process that is not a node agent.
     """
     launcher, found = _launcher_env(env)
+    if launcher == "slurm" and node_rank is None and not env.get("SLURM_STEP_ID"):
+        raise ConfigError(
+            f"SLURM_JOB_ID={env['SLURM_JOB_ID']} is set but SLURM_STEP_ID is not: this is the "
+            "allocation's batch or salloc shell, not a task of srun; start it as "
+            "`srun --ntasks-per-node=1 nccldoctor check` (or give --node-rank)"
+        )
+    if not master and "nodelist" in found and resolve and not resolve(found["master"]):
+        raise ConfigError(
+            f"{found['nodelist']}={env[found['nodelist']]}: its first host "
+            f"{found['master']!r} (the master) does not resolve on this node; expected a host "
+            "name every node resolves, or set MASTER_ADDR (or --master) to the master's address"
+        )
     master = master or found.get("master")
     if not master:
+        how = "pass it with mpirun -x MASTER_ADDR=ADDR" if launcher == "mpirun" else "set it"
         raise ConfigError(
-            "no master: give --master ADDR (or run under torchrun, Slurm or a PyTorchJob, "
-            "or set MASTER_ADDR)"
+            "no master: give --master ADDR (or run under torchrun, Slurm or a PyTorchJob), or "
+            f"MASTER_ADDR: {how}"
         )
     if found.get("local_rank", 0) != 0:
         raise ConfigError(
@@ -122,29 +149,59 @@ def config_from_args(
 
 
 def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
-    """Which launcher started us, and what its variables say (master, port, nodes, node_rank)."""
+    """Which launcher started us, and what its variables say (master, port, nodes, node_rank,
+    local_rank; ``nodelist``: the variable whose first host is the master, under Slurm)."""
     found: dict = {}
     if env.get("MASTER_ADDR"):
         found["master"] = env["MASTER_ADDR"]
     if env.get("TORCHELASTIC_RUN_ID"):
-        world, local_world = _int(env, "WORLD_SIZE"), _int(env, "LOCAL_WORLD_SIZE") or 1
-        _put(found, "nodes", world // local_world if world else None)
+        _put(found, "nodes", _whole_nodes(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE"))
         _put(found, "node_rank", _int(env, "GROUP_RANK"))
         _put(found, "local_rank", _int(env, "LOCAL_RANK"))
         return "torchrun", found
     if env.get("SLURM_JOB_ID"):
-        _put(found, "nodes", _first(_int(env, "SLURM_JOB_NUM_NODES"), _int(env, "SLURM_NNODES")))
+        nodes_name = _present(env, _SLURM_NODES)
+        tasks_name = _present(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"))
+        nodes = _int(env, nodes_name) if nodes_name else None
+        tasks = _int(env, tasks_name) if tasks_name else None
+        _put(found, "nodes", nodes)
+        if nodes and tasks is not None and tasks % nodes:
+            raise ConfigError(
+                f"{tasks_name}={tasks} is not a multiple of {nodes_name}={nodes} (tasks per "
+                f"node: {env.get('SLURM_STEP_TASKS_PER_NODE', '?')}); expected the same number "
+                "of tasks on every node: srun -N NODES --ntasks-per-node=N"
+            )
         _put(found, "node_rank", _int(env, "SLURM_NODEID"))
         _put(found, "local_rank", _int(env, "SLURM_LOCALID"))
         _put(found, "port", _int(env, "MASTER_PORT"))
-        if "master" not in found and env.get("SLURM_JOB_NODELIST"):
-            found["master"] = first_slurm_host(env["SLURM_JOB_NODELIST"])
+        # The step's own nodes: a step on part of the allocation may not hold its first node.
+        listed = next(
+            (n for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST") if env.get(n)), None
+        )
+        if "master" not in found and listed:
+            try:
+                found["master"] = first_slurm_host(env[listed])
+            except ValueError as exc:
+                raise ConfigError(
+                    f"{listed}={env[listed]}: {exc}; expected a Slurm host list such as "
+                    "gpu[01-04],cpu7, or set MASTER_ADDR"
+                ) from None
+            found["nodelist"] = listed
         return "slurm", found
+    if env.get("OMPI_COMM_WORLD_SIZE"):
+        _put(found, "nodes", _whole_nodes(env, *_OMPI_SIZES))
+        rank, local_world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, _OMPI_SIZES[1]) or 1
+        _put(found, "node_rank", None if rank is None else rank // local_world)
+        _put(found, "local_rank", _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
+        _put(found, "port", _int(env, "MASTER_PORT"))
+        return "mpirun", found
     _put(found, "port", _int(env, "MASTER_PORT"))
     if env.get("PET_NNODES") or (env.get("KUBERNETES_SERVICE_HOST") and "master" in found):
         found.setdefault("master", env.get("PET_MASTER_ADDR"))
         _put(found, "nodes", _first(_int(env, "PET_NNODES"), _int(env, "WORLD_SIZE")))
-        _put(found, "node_rank", _first(_int(env, "PET_NODE_RANK"), _int(env, "RANK")))
+        # JOB_COMPLETION_INDEX: what Kubernetes sets in an Indexed Job's pods (a JobSet's).
+        ranks = ("PET_NODE_RANK", "RANK", "JOB_COMPLETION_INDEX")
+        _put(found, "node_rank", _first(*(_int(env, name) for name in ranks)))
         return "kubernetes", found
     if "master" in found:
         _put(found, "nodes", _int(env, "WORLD_SIZE"))
@@ -154,15 +211,37 @@ def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
     return "standalone", {}
 
 
+_SLURM_NODES = ("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+_OMPI_SIZES = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+# One host of a Slurm host list: a name, or a prefix with a bracketed list of numbers and ranges
+# (``gpu[03-05,9]``), maybe a suffix after it (``rack1-[1-4]-ib``).
+_HOSTLIST_ITEM = re.compile(
+    r"([^,\[\]]+)(?:\[(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)\]([^,\[\]]*))?(?:,|$)"
+)
+
+
 def first_slurm_host(nodelist: str) -> str:
-    """The first host of a Slurm hostlist: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    """The first host of a Slurm hostlist: ``gpu[03-05,9],cpu1`` -> ``gpu03``.
+
+    Raises:
+        ValueError: not a host list (an unclosed bracket, an empty name, a bad range).
+    """
+    match = _HOSTLIST_ITEM.match(nodelist.strip())
     if not match:
-        return nodelist
-    prefix, ranges = match.groups()
+        raise ValueError("not a host list (an empty name, or a bracket that is not a number list)")
+    prefix, ranges, suffix = match.groups()
     if not ranges:
         return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
+def host_resolves(name: str) -> bool:
+    """Whether ``name`` resolves on this machine (a node list's host must, everywhere)."""
+    try:
+        socket.getaddrinfo(name, None)
+    except (OSError, ValueError):  # ValueError: a NUL, a label too long for IDNA
+        return False
+    return True
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -170,6 +249,27 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
         return int(env[name])
     except (KeyError, ValueError):
         return None
+
+
+def _whole_nodes(env: Mapping[str, str], world_name: str, local_name: str) -> int | None:
+    """The node count ``world`` / ``local``; a world that is not a whole number of nodes is
+    refused, naming both variables."""
+    world, local = _int(env, world_name), _int(env, local_name)
+    if world is None:
+        return None
+    if local is None:
+        return world  # one process per node
+    if local < 1 or world % local:
+        raise ConfigError(
+            f"{world_name}={world} is not a multiple of {local_name}={local}; expected the same "
+            f"number of processes on every node ({world_name} = nodes x {local_name})"
+        )
+    return world // local
+
+
+def _present(env: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The first of ``names`` that holds a number."""
+    return next((name for name in names if _int(env, name) is not None), None)
 
 
 def _first(*values: int | None) -> int | None:

@@ -57,6 +57,19 @@ class Timeouts:
             + self.destroy
         )
 
+    def agent_phase(self, phase: str) -> float | None:
+        """The budget of one of the node agent's phases (cluster/agent/node.py), for the live
+        progress line; None for a phase without one of its own (preflight)."""
+        budgets = {
+            "reach": self.reach,
+            "rendezvous": self.rendezvous,
+            "bootstrap": self.bootstrap,
+            "tcp": self.tcp_total,
+            "ports": self.port_probe,
+            "workers": self.workers_total(),
+        }
+        return budgets.get(phase)
+
     def tcp_turn(self, probers: int) -> float:
         """Seconds of one node's TCP throughput turn when ``probers`` nodes take turns at the
         master: ``tcp_probe``, shortened so that all turns fit ``tcp_total``, never below

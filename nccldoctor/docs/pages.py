@@ -134,6 +134,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "on every node of a cluster run, over what its phases observed (`nccldoctor check`)",
         "nccldoctor check --master ADDR --nodes N",
     ),
+    "bandwidth": (
+        "over the bandwidth sweep and every node's links, on each node and again on the master "
+        "(`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N",
+    ),
     "ranks": (
         "over how the ranks of a cluster run ended (`nccldoctor check`)",
         "nccldoctor check --master ADDR --nodes N",
@@ -145,6 +150,19 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
     "job": (
         "over what `nccldoctor watch` saw of your own job",
         "nccldoctor watch -- CMD...",
+    ),
+    "flightrec": (
+        "over PyTorch Flight Recorder dumps matched across ranks (`nccldoctor explain`, and "
+        "inside `nccldoctor watch` and `nccldoctor check`)",
+        "nccldoctor explain nccl_trace_rank_*",
+    ),
+    "nccl_tests": (
+        "over the nccl-tests output in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain all_reduce_perf.txt",
+    ),
+    "ras": (
+        "over the NCCL RAS output (`ncclras`) in a ticket (`nccldoctor explain`)",
+        "nccldoctor explain ncclras.txt",
     ),
 }
 

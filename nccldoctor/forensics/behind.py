@@ -1,7 +1,7 @@
 """Which rank is behind: the order of causes among ranks that stopped, for check and watch alike.
 
 The rank that stopped first is the cause; the others stopped because of it. Evidence decides in
-this order: a rank the monitor had to stop, the earliest phase reached, the fewest collectives
+this order: a rank the agent's watchdog had to stop, the earliest phase reached, the fewest collectives
 issued (Flight Recorder, only when every rank's count is known), a main thread outside
 torch.distributed before one waiting inside a collective (that one waits for a peer), then
 the earliest end.
@@ -52,7 +52,7 @@ def categorize(error: str | None) -> str:
 class Position:
     """How far one rank got, as its evidence shows."""
 
-    stuck: bool = False  # the monitor had to stop it
+    stuck: bool = False  # the agent's watchdog had to stop it
     phase: int = 0  # the index of the phase it reached (-1: it never started one)
     last_seq: int | None = None  # its last collective's sequence number (Flight Recorder)
     in_collective: bool = False  # its main thread waits inside torch.distributed

@@ -1,6 +1,6 @@
 """Ask a live rank process where it is: Python stacks, its last NCCL lines, its Flight Recorder.
 
-One implementation for `check`'s agent monitor and `watch` alike. Everything has a deadline and
+One implementation for `check`'s agent watchdog and `watch` alike. Everything has a deadline and
 tolerates a process, or a file, that vanished meanwhile: a missing answer is ``None``/``[]``.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -17,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
+
+from nccldoctor.forensics.flightrec import load_flight_recorder
 
 STACK_WAIT_S = 2.0
 PYSPY_TIMEOUT_S = 15.0
@@ -107,25 +108,3 @@ def flight_recorder(trigger: Path, dump: Path) -> tuple[list[dict] | None, str |
     if data.startswith(b"flight recorder unavailable"):
         return None, data.decode(errors="replace")
     return load_flight_recorder(data)
-
-
-def load_flight_recorder(data: bytes) -> tuple[list[dict] | None, str | None]:
-    """The entries of a Flight Recorder dump (pickled), refusing anything but builtin data."""
-    try:
-        entries = _SafeUnpickler(io.BytesIO(data)).load().get("entries", [])
-    except Exception as exc:
-        return None, f"unreadable flight recorder dump: {exc}"
-    return [_fr_entry(e) for e in entries], None
-
-
-class _SafeUnpickler(pickle.Unpickler):
-    """Flight Recorder dumps hold only builtin containers and scalars; refuse anything else."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refusing {module}.{name} in a flight recorder dump")
-
-
-def _fr_entry(entry: dict) -> dict:
-    keep = ("record_id", "collective_seq_id", "p2p_seq_id", "profiling_name", "state",
-            "input_sizes", "time_created_ns", "duration_ms", "timeout_ms", "process_group")  # fmt: skip
-    return {k: entry[k] for k in keep if k in entry}

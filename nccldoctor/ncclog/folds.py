@@ -34,7 +34,7 @@ def transport_label(via: str) -> str:
     kind = parts[0]
     if kind == "P2P" and len(parts) > 1:
         return f"P2P/{parts[1]}"
-    if kind == "SHM":
+    if kind == "SHM" or via.startswith("direct shared memory"):  # ≤2.12 spelling of SHM
         return "SHM"
     if kind in ("NET", "COLLNET") and len(parts) > 2:
         dev = parts[2].split("(")[0]  # "2(1)" = device 2 through PXN proxy rank 1
@@ -51,7 +51,7 @@ def _int(text: str | None) -> int | None:
 
 def version(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     p.nccl_version = m["version"] + (m["suffix"] or "")
-    p.cuda_version = m["cuda"]
+    p.cuda_version = m["cuda"] or p.cuda_version
 
 
 def git(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
@@ -63,6 +63,8 @@ def driver(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 
 def init(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if m["phase"] == "COMPLETE" and p.current is None:
+        p.adopt(m["comm"])  # ≤2.18 print no START: the lines before were this init's
     c = p.comm(m["comm"])
     if m["phase"] == "START":
         p.current = m["comm"]
@@ -71,8 +73,15 @@ def init(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
         c.init_complete = True
     c.api = m["api"] or c.api
     c.rank, c.nranks = int(m["rank"]), int(m["nranks"])
-    c.cuda_dev, c.nvml_dev, c.bus_id = int(m["cuda_dev"]), int(m["nvml_dev"]), m["bus_id"]
+    c.cuda_dev, c.nvml_dev = int(m["cuda_dev"]), _int(m["nvml_dev"])  # no nvmlDev 2.5–2.18
+    c.bus_id = m["bus_id"] or c.bus_id  # no busId in 2.4
     c.comm_id = m["comm_id"] or c.comm_id
+
+
+def init_garbled(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    if p.current is None and m["comm"]:
+        p.adopt(m["comm"])
+    p.comm(m["comm"]).init_complete = True
 
 
 def ended(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
@@ -81,6 +90,11 @@ def ended(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 def timings(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     c = p.comm()
+    c.rank, c.nranks = (
+        c.rank if c.rank is not None else int(m["rank"]),
+        c.nranks or int(m["nranks"]),
+    )
+    c.init_complete = True  # printed right after Init COMPLETE (v2.22.3-1:init.cc:1434-1437)
     c.timings = {"total": float(m["total"])}
     for part in m["parts"].split(","):
         name, _, value = part.strip().partition(" ")
@@ -116,8 +130,9 @@ def plugin(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 
 def network(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
-    if m["name"] not in p.networks:
-        p.networks.append(m["name"])
+    name = m["name"].strip()  # pasted lines keep the terminal's trailing blanks
+    if name not in p.networks:
+        p.networks.append(name)
 
 
 _IB_DEV = re.compile(r"\[(\d+)\]([^:\s]+):(\d+)(?::[\d:]*)?/(\w+)")

@@ -15,20 +15,40 @@ from typing import Any
 from nccldoctor.ncclog.parser import LogSet
 from nccldoctor.ncclog.summary import CommGroup, group_comms, summarize
 
+Fact = tuple[Any, str | None]  # a headline value and the evidence it came from
 
-def _network(logs: LogSet, transports: list[str]) -> str | None:
-    """``IB`` or ``Socket`` (a plugin's own name when neither, e.g. ``AWS Libfabric``)."""
+
+def _all_transports(logs: LogSet) -> list[str]:
+    return sorted(
+        {t for p in logs.processes.values() for c in p.comms.values() for t in c.transports}
+    )
+
+
+def _net_name(name: str) -> str:
+    """NCCL's network name as the headline says it: the IB plugins (``IBext``, ``IBext_v8``) and
+    the internal IB are all InfiniBand verbs, ``IB``."""
+    return "IB" if name.startswith("IB") else name
+
+
+def _network(logs: LogSet, transports: list[str]) -> Fact:
+    """``IB`` or ``Socket`` (a plugin's own name when neither, e.g. ``AWS Libfabric``), from the
+    best line that survived (docs/nccl-log-formats.md#network)."""
     names = Counter(n for p in logs.processes.values() for n in p.networks)
     if names:
-        name = names.most_common(1)[0][0]
-        return "IB" if name.startswith("IB") else name
-    for label in transports:
-        if label.startswith("NET/"):
-            return label.split("/")[1]
-    return None
+        return _net_name(names.most_common(1)[0][0]), "Using network"
+    for label in transports + _all_transports(logs):
+        parts = label.split("/")
+        if parts[0] == "NET" and len(parts) > 2:  # "NET/Sock": a line cut mid-way
+            return _net_name(parts[1]), "channel lines"
+    procs = logs.processes.values()
+    if any(p.ib_devices for p in procs):  # IB is tried first: Socket only runs when it fails
+        return "IB", "NET/IB : Using"
+    if any(p.socket_ifs for p in procs):
+        return "Socket", "NET/Socket : Using"
+    return None, None
 
 
-def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> list[str]:
+def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> Fact:
     """The data-plane devices: the HCAs connections use (``NET/IB/<index>``), else all listed."""
     used = {t.split("/")[2] for t in transports if t.startswith("NET/IB/")}
     out: list[str] = []
@@ -44,27 +64,75 @@ def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> lis
         else:
             names = []
         out.extend(n for n in names if n not in out)
-    if not out:  # no data-plane list printed: the bootstrap interface is all we know
-        for p in logs.processes.values():
-            if p.bootstrap and p.bootstrap["ifname"] not in out:
-                out.append(p.bootstrap["ifname"])
-    return out
+    if out:
+        return out, "NET/IB : Using" if network == "IB" else "NET/Socket : Using"
+    for p in logs.processes.values():  # no data-plane list printed: the bootstrap one is all
+        if p.bootstrap and p.bootstrap["ifname"] not in out:
+            out.append(p.bootstrap["ifname"])
+    return out, "Bootstrap : Using" if out else None
 
 
-def _gdrdma(group: CommGroup | None, logs: LogSet) -> bool | None:
-    """Whether network transfers go GPU<->NIC directly; None when nothing crosses a network."""
-    if group is None:
-        return None
-    net = [t for t in group.transports if t.startswith(("NET/", "COLLNET/"))]
-    if net:  # the /GDRDMA suffix is authoritative in every version (docs/nccl-log-formats.md#gpudirect-rdma)
-        return any(t.endswith("/GDRDMA") for t in net)
-    if group.nodes < 2:
-        return None
-    gdr = {c.ring_gdr for _, c in group.members if c.ring_gdr is not None}
+def _gdrdma(group: CommGroup | None, logs: LogSet) -> Fact:
+    """Whether network transfers go GPU<->NIC directly (docs/nccl-log-formats.md#gpudirect-rdma):
+    the /GDRDMA suffix of network channels decides in every version; without channel lines,
+    ``Connected all rings … GDR n`` (2.24+), then the per-HCA and per-GPU GPU Direct RDMA lines."""
+    net = [t for t in (group.transports if group else []) if t.startswith(("NET/", "COLLNET/"))]
+    net = net or [t for t in _all_transports(logs) if t.startswith(("NET/", "COLLNET/"))]
+    if net:
+        return any(t.endswith("/GDRDMA") for t in net), "channel lines"
+    members = group.members if group else []
+    gdr = {c.ring_gdr for _, c in members if c.ring_gdr is not None and group.nodes > 1}
     if gdr:
-        return 1 in gdr
-    hca = {v for p in logs.processes.values() for v in p.gdr_hca.values()}
-    return False if hca == {False} else None
+        return 1 in gdr, "Connected all rings"
+    procs = logs.processes.values()
+    hca = {v for p in procs for v in p.gdr_hca.values()}
+    pairs = {g["enabled"] for p in procs for g in p.gdr_pairs}
+    if True in hca or True in pairs:
+        return True, "GPU Direct RDMA Enabled"
+    if hca or pairs:
+        return False, "GPU Direct RDMA Disabled"
+    return None, None
+
+
+def _nranks(group: CommGroup | None, logs: LogSet) -> Fact:
+    """The job's size: NCCL's own count, else the ranks channel and ring lines name, else what
+    PyTorch or the launcher said."""
+    if group is not None and group.nranks:
+        return group.nranks, "Init / nRanks / [nranks=N]"
+    seen = [
+        r
+        for p in logs.processes.values()
+        for c in p.comms.values()
+        for key in c.connections
+        for r in key[2:4]
+        if r >= 0
+    ]
+    rings = [
+        len(ring)
+        for p in logs.processes.values()
+        for c in p.comms.values()
+        for ring in c.rings.values()
+    ]
+    if seen or rings:
+        return max(max(seen, default=-1) + 1, max(rings, default=0)), "channel lines"
+    if logs.world_sizes:
+        return max(logs.world_sizes.items(), key=lambda kv: kv[1])[0], "world size"
+    return None, None
+
+
+def _init_complete(group: CommGroup | None, logs: LogSet) -> Fact:
+    """True when Init COMPLETE was seen (on every rank that started); False when init visibly
+    began and never completed; None when nothing of init is in the logs."""
+    done = group.init_complete if group else None
+    if done is not None:
+        return done, "Init START / COMPLETE"
+    if any(c.init_complete for p in logs.processes.values() for c in p.comms.values()):
+        return True, "Init COMPLETE"
+    if logs.processes or logs.bare_versions:
+        return False, "NCCL setup lines without Init COMPLETE"
+    if logs.init_failures:
+        return False, "failure inside init"
+    return None, None
 
 
 def _gdrdma_reason(gdrdma: bool | None, logs: LogSet) -> str | None:
@@ -106,25 +174,43 @@ def explain_logs(logs: LogSet) -> dict[str, Any]:
     main = groups[0] if groups else None
     procs = list(logs.processes.values())
     transports = main.transports if main else []
-    network = _network(logs, transports)
+    network, network_from = _network(logs, transports)
+    interfaces, interfaces_from = _interfaces(logs, network, transports)
+    gdrdma, gdrdma_from = _gdrdma(main, logs)
+    nranks, nranks_from = _nranks(main, logs)
+    init_complete, init_from = _init_complete(main, logs)
     keys: dict[str, Any] = {
         "nccl_version": _most_common(p.nccl_version for p in procs)
-        or _most_common(v.split()[2].split("+")[0] for v in logs.bare_versions),
+        or _most_common(
+            v[v.find("NCCL version ") :].split()[2].split("+")[0] for v in logs.bare_versions
+        ),
         "cuda_version": _most_common(p.cuda_version for p in procs),
-        "nranks": main.nranks if main else None,
+        "nranks": nranks,
         "nodes": main.nodes if main else (len({p.host for p in procs}) or None),
         "network": network,
-        "interfaces": _interfaces(logs, network, transports),
-        "gdrdma": _gdrdma(main, logs),
+        "interfaces": interfaces,
+        "gdrdma": gdrdma,
         "transports": transports,
         "channels": main.channels if main else None,
         "algorithms": main.algorithms() if main else [],
-        "init_complete": main.init_complete if main else None,
+        "init_complete": init_complete,
+    }
+    fact_sources = {
+        "network": network_from,
+        "interfaces": interfaces_from,
+        "gdrdma": gdrdma_from,
+        "nranks": nranks_from,
+        "init_complete": init_from,
     }
     bootstrap = _most_common(
         f"{p.bootstrap['ifname']}:{p.bootstrap['address']}" for p in procs if p.bootstrap
     )
-    nccl = {**keys, "bootstrap": bootstrap, "gdrdma_reason": _gdrdma_reason(keys["gdrdma"], logs)}
+    nccl = {
+        **keys,
+        "bootstrap": bootstrap,
+        "gdrdma_reason": _gdrdma_reason(keys["gdrdma"], logs),
+        "fact_sources": fact_sources,  # which kind of line each headline fact was read from
+    }
     nccl["answer"] = answer(nccl)
     nccl.update(summarize(logs))
     return {**keys, "nccl": nccl}

@@ -4,8 +4,9 @@ An entry is (name, needle, pattern, fold): ``needle`` is a substring every such 
 contains, tested with ``in`` before the regex runs; ``pattern`` is matched at the start of the
 message (the text after ``NCCL INFO``); ``fold`` writes the match into the process record.
 The first entry whose needle and pattern both match wins. Adding a kind is adding one entry.
-Format strings are quoted from NCCL's source (file named per entry; the versions and lines are
-described in docs/nccl-log-formats.md).
+Every entry names the NCCL releases it was checked against (``versions``) and where its format
+string is in NVIDIA/nccl (``source``: tag, file under ``src/``, line); the shapes of each era are
+described in docs/nccl-log-formats.md.
 """
 
 from __future__ import annotations
@@ -26,101 +27,163 @@ class LineKind(NamedTuple):
     needle: str
     pattern: re.Pattern[str]
     fold: Fold
+    versions: str  # the NCCL releases whose format the pattern was checked against
+    source: str  # where the format string is, in NVIDIA/nccl (paths under src/, tag:file:line)
     repeats: bool = False  # identical lines recur (one per call): the parser memoises them
 
 
-def _k(name: str, needle: str, pattern: str, fold: Fold, repeats: bool = False) -> LineKind:
-    return LineKind(name, needle, re.compile(pattern), fold, repeats)
+def _k(
+    name: str,
+    needle: str,
+    pattern: str,
+    fold: Fold,
+    versions: str,
+    source: str,
+    repeats: bool = False,
+) -> LineKind:
+    return LineKind(name, needle, re.compile(pattern), fold, versions, source, repeats)
 
 
+# init.cc, every era: 2.4 "comm %p rank %d nranks %d cudaDev %d nvmlDev %d - Init COMPLETE";
+# 2.5–2.16 "... cudaDev %d busId %x - Init COMPLETE" (%lx from 2.8); 2.17–2.18 add "commId 0x%llx";
+# 2.19+ "... cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START|COMPLETE", 2.21+ the API
+# name in front, 2.29+ "[Rank N] " before START (docs/nccl-log-formats.md#version-and-init)
 _INIT = (
     r"(?:\[Rank \d+\] )?(?:(?P<api>\w+) )?comm (?P<comm>\S+) rank (?P<rank>\d+) nranks "
-    r"(?P<nranks>\d+) cudaDev (?P<cuda_dev>-?\d+) nvmlDev (?P<nvml_dev>-?\d+) busId "
-    r"(?P<bus_id>[0-9a-fA-F]+)(?: commId (?P<comm_id>0x[0-9a-fA-F]+))?.*?- ?Init "
+    r"(?P<nranks>\d+) cudaDev (?P<cuda_dev>-?\d+)(?: nvmlDev (?P<nvml_dev>-?\d+))?(?: busId "
+    r"(?P<bus_id>[0-9a-fA-F]+))?(?: commId (?P<comm_id>0x[0-9a-fA-F]+))?.*?- ?Init "
     r"(?P<phase>START|COMPLETE)"
 )
+# transport/{net,p2p,shm}.cc: 2.4 "Ring %02d : %d -> %d [send] via NET/%s/%d%s" (no ids) and
+# "Ring %02d : %d[%d] -> %d[%d] via P2P/IPC" (cudaDev); 2.5–2.6 "Ring %02d : %d[%lx] -> %d[%lx]"
+# (busId, hex); 2.7–2.11 "Channel %02d : …"; 2.12+ "Channel %02d/%d : …"
 _VIA = (
-    r"Channel (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[\d+\] -> (?P<dst>\d+)\[\d+\] "
-    r"(?:\[(?P<dir>send|receive)\] )?via (?P<via>.+)"
+    r"(?:Channel|Ring) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)(?:\[[0-9a-fA-F]+\])? -> "
+    r"(?P<dst>\d+)(?:\[[0-9a-fA-F]+\])? (?:\[(?P<dir>send|receive)\] )?via (?P<via>.+)"
 )
 
 KINDS: tuple[LineKind, ...] = (
-    # collectives first: with NCCL_DEBUG_SUBSYS=COLL they are most of the log (enqueue.cc)
+    # collectives first: with NCCL_DEBUG_SUBSYS=COLL they are most of the log
     _k("coll", ": opCount ",
        r"(?P<func>\w+): opCount (?P<op>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ count "
        r"(?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) "
-       r"comm (?P<comm>\S+) \[nranks=(?P<nranks>\d+)\]", folds.coll),
-    # per-call algorithm (enqueue.cc: 2.20–2.22 no name, 2.23 numeric, 2.24+ names)
+       r"comm (?P<comm>\S+) \[nranks=(?P<nranks>\d+)\]", folds.coll,
+       "2.4–2.32", "v2.4.8-1:enqueue.cc:412, v2.30.7-1:enqueue.cc:3152"),
+    # per-call algorithm: 2.20–2.22 no name, 2.23 numeric, 2.24+ names (TRACE before 2.20)
     _k("algorithm", " Bytes -> Algo ",
        r"(?:(?P<func>\w+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)",
-       folds.algo, repeats=True),
+       folds.algo, "2.20–2.32", "v2.30.7-1:enqueue.cc:822", repeats=True),
     _k("algorithm_special", " Bytes -> ",
        r"(?P<func>\w+) \[(?P<how>Symmetric|Copy Engine|Hierarchical CE)\]: (?P<bytes>\d+) "
-       r"Bytes -> (?P<detail>.+)", folds.special_algo, repeats=True),
-    # 2.32 (binary strings, docs/nccl-log-formats.md#nccl-2-32): every rank, every call, no size
+       r"Bytes -> (?P<detail>.+)", folds.special_algo,
+       "2.27–2.32", "v2.27.7-1:enqueue.cc:1429, v2.30.7-1:scheduler/symmetric_sched.cc:356",
+       repeats=True),
+    # every rank, every call, no size (docs/nccl-log-formats.md#nccl-2-32)
     _k("best_tuning", "Best tuning, ",
        r"Best tuning, algorithm, (?P<algo>\w+), protocol, (?P<proto>\w+)", folds.best_tuning,
-       repeats=True),
-    _k("transport", " via ", _VIA, folds.connection),
+       "2.32", "libnccl.so.2 2.32.3 strings (no source tag)", repeats=True),
+    _k("transport", " via ", _VIA, folds.connection, "2.4–2.32",
+       "v2.4.8-1:transport/net.cc:306, p2p.cc:504, shm.cc:152; v2.7.8-1:transport/net.cc:100; "
+       "v2.12.12-1:transport/net.cc:184; v2.30.7-1:transport/p2p.cc:429"),
     _k("collnet", "CollNet ",
        r"CollNet (?P<channel>\d+)/(?P<conn>\d+) : (?P<rank>\d+) \[(?P<dir>send|receive)\] "
-       r"via (?P<via>.+)", folds.collnet),
+       r"via (?P<via>.+)", folds.collnet, "2.14–2.32", "v2.30.7-1:transport/coll_net.cc:187"),
     _k("tuning_row", " |", r"\s*(?P<func>[A-Za-z]+) \|(?P<cells>(?:\s*-?[\d.]+/\s*-?[\d.]+ \|)+)",
-       folds.tuning_row),
-    _k("tuning_algorithms", "Algorithm", r"\s*Algorithm\s*\|(?P<cells>.*)", folds.tuning_algorithms),
-    _k("tuning_protocols", "Protocol", r"\s*Protocol\s*\|(?P<cells>.*)", folds.tuning_protocols),
+       folds.tuning_row, "2.18–2.32", "v2.30.7-1:graph/tuning.cc:560"),
+    _k("tuning_algorithms", "Algorithm", r"\s*Algorithm\s*\|(?P<cells>.*)", folds.tuning_algorithms,
+       "2.18–2.32", "v2.18.6-1:graph/tuning.cc:304, v2.30.7-1:graph/tuning.cc:548"),
+    _k("tuning_protocols", "Protocol", r"\s*Protocol\s*\|(?P<cells>.*)", folds.tuning_protocols,
+       "2.18–2.32", "v2.18.6-1:graph/tuning.cc:310, v2.30.7-1:graph/tuning.cc:556"),
+    # rank 0's ring order: 2.4–2.6 "Channel %02d : " then the ranks, 2.7+ "Channel %02d/%02d :"
     _k("ring_order", "Channel ",
-       r"Channel (?P<channel>\d+)/(?P<nch>\d+) :(?P<ranks>(?: +\d+)+)", folds.ring),
+       r"Channel (?P<channel>\d+)(?:/(?P<nch>\d+))? :(?P<ranks>(?: +\d+)+)", folds.ring,
+       "2.4–2.32", "v2.4.8-1:init.cc:541, v2.7.8-1:graph/rings.cc:35, v2.30.7-1:graph/rings.cc:48"),
     _k("ring_neighbours", "Ring ",
-       r"Ring (?P<channel>\d+) : (?P<prev>-?\d+) -> \d+ -> (?P<next>-?\d+)", folds.neighbours),
-    _k("trees", "Trees", r"Trees(?P<trees>(?: \[\d+\] \S+)*)", folds.trees),
-    _k("init", "Init ", _INIT, folds.init),
+       r"Ring (?P<channel>\d+) : (?P<prev>-?\d+) -> \d+ -> (?P<next>-?\d+)", folds.neighbours,
+       "2.10–2.32", "v2.10.3-1:init.cc:754, v2.30.7-1:init.cc:1493"),
+    # 2.4 " [%d] %d->%d->%d/%d/%d", 2.5–2.11 " [%d] %d/%d/%d->%d->%d|%d->%d->%d/%d/%d", 2.12+ up only
+    _k("trees", "Trees", r"Trees(?P<trees>(?: \[\d+\] \S+)*)", folds.trees,
+       "2.4–2.32", "v2.4.8-1:init.cc:828, v2.7.8-1:init.cc:748, v2.30.7-1:init.cc:1497"),
+    _k("init", "Init ", _INIT, folds.init, "2.4–2.32",
+       "v2.4.8-1:init.cc:957, v2.7.8-1:init.cc:843, v2.17.1-1:init.cc:1123, "
+       "v2.19.3-1:init.cc:1394, v2.30.7-1:init.cc:1912,1945"),
+    # the same line with its fields garbled (OCR of a screenshot, a hand-edited paste)
+    _k("init_complete_garbled", "Init COMPLETE",
+       r".*?(?:comm (?P<comm>0x[0-9a-fA-F]+))?.*- ?Init COMPLETE", folds.init_garbled,
+       "2.4–2.32", "as init"),
     _k("ended", " COMPLETE",
-       r"comm (?P<comm>\S+) rank \d+ n[Rr]anks \d+ cudaDev .*?- (?P<what>\w+) COMPLETE", folds.ended),
+       r"comm (?P<comm>\S+) rank \d+ n[Rr]anks \d+ cudaDev .*?- (?P<what>\w+) COMPLETE", folds.ended,
+       "2.9–2.32", "v2.12.12-1:init.cc:1047,1065"),
+    # VERSION_STRING "NCCL version %d.%d.%d%s+cuda%d.%d": printf by rank 0 up to 2.21, INFO after
     _k("nccl_version", "NCCL version ",
-       r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>[\d.]+)",
-       folds.version),
-    _k("git_version", "NCCL git version ", r"NCCL git version (?P<rest>.+)", folds.git),
-    _k("driver", "cudaDriverVersion ", r"cudaDriverVersion (?P<v>\d+)", folds.driver),
+       r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s,]*)(?:\+cuda(?P<cuda>[\d.]+))?",
+       folds.version, "2.4–2.32", "v2.4.8-1:init.cc:299, v2.30.7-1:init.cc:694"),
+    _k("git_version", "NCCL git version ", r"NCCL git version (?P<rest>.+)", folds.git,
+       "2.29–2.32", "v2.29.7-1:misc/git_version.cc:11"),
+    _k("driver", "cudaDriverVersion ", r"cudaDriverVersion (?P<v>\d+)", folds.driver,
+       "2.13–2.32", "v2.13.4-1:misc/cudawrap.cc:127, v2.30.7-1:misc/cudawrap.cc:282"),
     _k("timings", "Init timings",
-       r"Init timings(?: - \w+)?: rank \d+ nranks \d+ total (?P<total>[\d.]+) \((?P<parts>[^)]*)\)",
-       folds.timings),
+       r"Init timings(?: - \w+)?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total>[\d.]+) \((?P<parts>[^)]*)\)",
+       folds.timings, "2.22–2.32", "v2.22.3-1:init.cc:1437, v2.30.7-1:init.cc:1951"),
     _k("topology", " nNodes ",
        r"comm (?P<comm>\S+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
-       r"localRanks (?P<local_ranks>\d+)", folds.topo),
+       r"localRanks (?P<local_ranks>\d+)", folds.topo,
+       "2.20–2.32", "v2.20.5-1:init.cc:1125, v2.30.7-1:init.cc:1422"),
     _k("channels", " coll channels, ",
        r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?P<nvls>\d+) "
        r"nvls channels, (?P<p2p>\d+) p2p channels, (?P<p2p_per_peer>\d+) p2p channels per peer",
-       folds.channels),
+       folds.channels, "2.17–2.32", "v2.30.7-1:init.cc:1646"),
     _k("env", " set by environment to ",
-       r"(?P<name>[A-Z][A-Z0-9_]*) set by environment to (?P<value>.*)", folds.env),
-    _k("env_set_to", " set to ", r"(?P<name>NCCL_[A-Z0-9_]+) set to (?P<value>.*)", folds.env),
+       r"(?P<name>[A-Z][A-Z0-9_]*) set by environment to (?P<value>.*)", folds.env,
+       "2.4–2.32", "v2.4.8-1:include/param.h:72, v2.30.7-1:bootstrap.cc:441"),
+    _k("env_set_to", " set to ", r"(?P<name>NCCL_[A-Z0-9_]+) set to (?P<value>.*)", folds.env,
+       "2.6–2.32", "v2.6.4-1:include/socket.h:294, v2.30.7-1:bootstrap.cc:553"),
+    # 2.4–2.7 " [%d]%s:%s" per interface, 2.8–2.23 "Bootstrap : Using %s:%s", 2.24+ "Bootstrap: Using"
     _k("bootstrap", "Bootstrap",
-       r"Bootstrap ?: Using (?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>", folds.bootstrap),
-    _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", folds.plugin),
-    _k("network", "Using network ", r"Using network (?P<name>.+)", folds.network),
+       r"Bootstrap ?: Using (?:\[\d+\])?(?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>", folds.bootstrap,
+       "2.4–2.32", "v2.4.8-1:bootstrap.cc:44,48, v2.8.4-1:bootstrap.cc:45,47, "
+       "v2.24.3-1:bootstrap.cc:120"),
+    _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", folds.plugin,
+       "2.4–2.32", "v2.4.8-1:init.cc:106, v2.30.7-1:plugin/net/net_v10.cc:124"),
+    _k("network", "Using network ", r"Using network (?P<name>.+)", folds.network,
+       "2.6–2.32", "v2.6.4-1:init.cc:120, v2.30.7-1:init.cc:486"),
+    # 2.4–2.11 "NET/IB : Using%s ; OOB %s:%s", 2.12+ "NET/IB : Using%s %s; OOB" (%s: [RO] or "")
     _k("ib_devices", "NET/IB",
-       r"NET/IB ?: Using(?P<devs>[^;]*)(?:; OOB (?P<oob>\S+))?", folds.ib_devices),
-    _k("ib_no_device", "NET/IB", r"NET/IB ?: No device found", folds.ib_none),
+       r"NET/IB ?: Using(?P<devs>[^;]*)(?:; OOB (?P<oob>\S+))?", folds.ib_devices,
+       "2.4–2.32", "v2.4.8-1:transport/net_ib.cc:168, v2.12.12-1:transport/net_ib.cc:248, "
+       "v2.30.7-1:transport/net_ib/init.cc:513"),
+    _k("ib_no_device", "NET/IB", r"NET/IB ?: No device found", folds.ib_none,
+       "2.4–2.32", "v2.4.8-1:transport/net_ib.cc:158, v2.30.7-1:transport/net_ib/init.cc:470"),
     _k("socket_interfaces", "NET/Socket",
-       r"NET/Socket ?: Using(?P<ifs>(?: \[\d+\]\S+)+)", folds.socket_ifs),
+       r"NET/Socket ?: Using(?P<ifs>(?: \[\d+\]\S+)+)", folds.socket_ifs,
+       "2.4–2.32", "v2.4.8-1:transport/net_socket.cc:44, v2.30.7-1:transport/net_socket.cc:77"),
+    # 2.5–2.12 net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)",
+    # 2.13+ graph/topo.cc "NET/%s : GPU Direct RDMA %s for HCA %d '%s'"
     _k("gdr_hca", "GPU Direct RDMA",
        r"NET/\w+ ?: GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA \d+ '(?P<hca>[^']*)'",
-       folds.gdr_hca),
+       folds.gdr_hca, "2.4–2.32",
+       "v2.5.7-1:transport/net_ib.cc:211, v2.13.4-1:graph/topo.cc:643, v2.30.7-1:graph/topo.cc:1653"),
+    # 2.4–2.6 net.cc "NET/%s : … (distance %d >= %d)" / "(distance %d < %d)", 2.7+ paths.cc "> / <="
     _k("gdr_pair", "GPU Direct RDMA",
-       r"GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>\S+) / HCA (?P<hca>\S+) "
-       r"\(distance (?P<distance>\d+) (?:>|<=) (?P<limit>\d+)\)", folds.gdr_pair),
+       r"(?:NET/\w+ ?: )?GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>\S+) / HCA "
+       r"(?P<hca>\S+) \(distance (?P<distance>\d+) (?:>=?|<=?) (?P<limit>\d+)\)", folds.gdr_pair,
+       "2.4–2.29", "v2.4.8-1:transport/net.cc:271,280, v2.28.9-1:graph/paths.cc:483"),
     _k("connected_rings", "Connected all rings",
-       r"Connected all rings(?:, use ring PXN (?P<pxn>\d+) GDR (?P<gdr>\d+))?", folds.connected_rings),
-    _k("connected_trees", "Connected all trees", r"Connected all trees", folds.connected_trees),
-    _k("nvls", "NVLS", r"NVLS comm |Connected NVLS", folds.nvls),
-    # include/checks.h back-trace: "%s:%d -> %d", 2.30.7 "%s:%d (%s) -> %d"
+       r"Connected all rings(?:, use ring PXN (?P<pxn>\d+) GDR (?P<gdr>\d+))?", folds.connected_rings,
+       "2.8–2.32", "v2.8.4-1:init.cc:814, v2.30.7-1:transport/generic.cc:40"),
+    _k("connected_trees", "Connected all trees", r"Connected all trees", folds.connected_trees,
+       "2.8–2.32", "v2.8.4-1:init.cc:824, v2.30.7-1:transport/generic.cc:61"),
+    _k("nvls", "NVLS", r"NVLS comm |Connected NVLS", folds.nvls,
+       "2.17–2.32", "v2.17.1-1:transport/nvls.cc:262, v2.30.7-1:transport/nvls.cc:433"),
+    # "%s:%d -> %d", 2.30.7 "%s:%d (%s) -> %d"
     _k("backtrace", " -> ",
-       r"(?P<file>\S+):(?P<line>\d+)(?: \((?P<func>[^)]*)\))? -> (?P<code>\d+)", folds.backtrace),
+       r"(?P<file>\S+):(?P<line>\d+)(?: \((?P<func>[^)]*)\))? -> (?P<code>\d+)", folds.backtrace,
+       "2.4–2.32", "v2.4.8-1:include/checks.h:59, v2.30.7-1:include/checks.h"),
     # misc/socket.cc retries (≤2.23, 2.24–2.26, 2.27+ shapes)
     _k("connect_retry", "retrying",
-       r"(?:\w+: )?(?:Call to )?connect (?:to (?P<peer>\S+) )?returned .*retrying", folds.retry),
-    _k("hint", "HINT:", r"HINT:", folds.hint),
+       r"(?:\w+: )?(?:Call to )?connect (?:to (?P<peer>\S+) )?returned .*retrying", folds.retry,
+       "2.4–2.32", "v2.4.8-1:include/checks.h:48, v2.30.7-1:include/checks.h:72"),
+    _k("hint", "HINT:", r"HINT:", folds.hint, "2.30–2.32", "v2.30.7-1:graph/xml.h:415"),
 )  # fmt: skip
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
-from nccldoctor.ncclog.envelope import parse_line
+from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
 from nccldoctor.ncclog.kinds import match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
-from nccldoctor.ncclog.signals import Identify, SignatureHit, merge_hits, record
+from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
 
 COLL_NEEDLE = b": opCount "
 CALL_NEEDLE = b" NCCL CALL "
@@ -27,6 +28,25 @@ TAIL_OPS = 32  # collective lines parsed at the end of a source
 SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
 SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split at once
 MEMO_LIMIT = 4096
+# PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
+# "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
+WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
+APP_NEEDLES = (
+    b"orld_size",
+    b"WORLD_SIZE",
+    b"ncclCommInitRank",
+    b"init_process_group",
+    b"SeqNum=",
+    b"last completed",
+)
+# ProcessGroupNCCL.cpp's watchdog: "[Rank 3] Watchdog caught collective operation timeout:
+# WorkNCCL(SeqNum=12, …" (it waited on 12, so 11 completed) and "… last enqueued work: 2635, last
+# completed work: 2634" (docs/nccl-log-formats.md#pytorch); the rank from c10d's "[Rank N]" /
+# "[PG ID 0 PG GUID 0 Rank N]" or torchrun's "[rankN]:"
+SEQ_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)")
+SEQ_COMPLETED = re.compile(r"last completed (?:NCCL )?work: (-?\d+)")
+SEQ_RANK = re.compile(r"\[(?:PG ID \S+ PG GUID \S+ )?Rank (\d+)\]|\[rank(\d+)\]:")
+WORLD_SIZE = re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)")
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
@@ -47,6 +67,9 @@ class LogSet:
     unknown_samples: list[str] = field(default_factory=list)
     read_errors: list[str] = field(default_factory=list)
     bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
+    world_sizes: dict[int, int] = field(default_factory=dict)  # PyTorch's world size -> lines
+    init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
+    completed_seq: dict[int, int] = field(default_factory=dict)  # rank -> last completed SeqNum
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
 
     def merge(self, other: LogSet) -> None:
@@ -73,6 +96,11 @@ class LogSet:
         )
         self.read_errors.extend(other.read_errors)
         self.bare_versions.extend(v for v in other.bare_versions if v not in self.bare_versions)
+        for size, n in other.world_sizes.items():
+            self.world_sizes[size] = self.world_sizes.get(size, 0) + n
+        self.init_failures += other.init_failures
+        for rank, seq in other.completed_seq.items():
+            self.completed_seq[rank] = max(seq, self.completed_seq.get(rank, seq))
         merge_hits(self.signatures, other.signatures)
 
 
@@ -118,6 +146,7 @@ class SourceParser:
         self._last_coll: Block | None = None  # its tail holds the latest collectives
         self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
+        self._wrapped: str | None = None  # a long line no signature matched: maybe wrapped
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -206,6 +235,9 @@ class SourceParser:
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
         memo = self._memo
+        app = [line for line in rest if line.find(b"NCCL") < 0]
+        if len(app) > 16 and self._quiet(app):  # the application's own lines, done in bulk
+            rest = [line for line in rest if line.find(b"NCCL") >= 0]
         for raw in rest:
             hit = memo.get(raw)
             if hit is not None:
@@ -217,6 +249,17 @@ class SourceParser:
             elif raw:
                 self.line(raw)
         return n_coll
+
+    def _quiet(self, app: list[bytes]) -> bool:
+        """Account for lines that are not NCCL's at once when nothing in them is worth a look
+        (no signature's gate, no world size, no word of init failing); else False."""
+        chunk = b"".join(app)  # no separator: text a terminal wrapped over two lines stays whole
+        if any(chunk.find(needle) >= 0 for needle in APP_NEEDLES):
+            return False
+        if self._identify and may_match(self._identify, clean(chunk.decode("utf-8", "replace"))):
+            return False
+        self.result.other_lines += len(app) - app.count(b"")
+        return True
 
     def _tail(self, data: bytes, start: int, end: int) -> None:
         """Parse the last collective lines of ``data[start:end]``, oldest first."""
@@ -258,37 +301,83 @@ class SourceParser:
         if found is not None and proc is not None and proc.nccl_version is None:
             kind, m = found
             kind.fold(proc, m, None)  # type: ignore[arg-type]
-        if len(result.bare_versions) < 8 and text.strip() not in result.bare_versions:
-            result.bare_versions.append(text.strip())
+        if found is not None and len(result.bare_versions) < 8:
+            text = text.strip()
+            if text not in result.bare_versions:
+                result.bare_versions.append(text)
+
+    def _other(self, text: str) -> None:
+        """A line that is not NCCL's: PyTorch's world size, or its word that init failed."""
+        result = self.result
+        if "orld_size" in text or "WORLD_SIZE" in text:
+            m = WORLD_SIZE.search(text)
+            if m:
+                size = int(m[1])
+                result.world_sizes[size] = result.world_sizes.get(size, 0) + 1
+        if "SeqNum=" in text or "last completed" in text:
+            self._seq(text)
+        if ("ncclCommInitRank" in text or "init_process_group" in text) and (
+            "rror" in text or "ailed" in text
+        ):
+            result.init_failures += 1
+
+    def _seq(self, text: str) -> None:
+        """Remember the last collective PyTorch's watchdog says this rank completed."""
+        rank = SEQ_RANK.search(text)
+        done = SEQ_COMPLETED.search(text)
+        seq = int(done[1]) if done else None
+        if seq is None and (timeout := SEQ_TIMEOUT.search(text)):
+            seq = int(timeout[1]) - 1  # it timed out waiting on SeqNum: the one before completed
+        if rank is None or seq is None:
+            return
+        r = int(rank[1] or rank[2])
+        seqs = self.result.completed_seq
+        if r in seqs or len(seqs) < 4096:
+            seqs[r] = max(seq, seqs.get(r, seq))
 
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
-        text = raw.decode("utf-8", "replace").rstrip("\r")
+        text = clean(raw.decode("utf-8", "replace").rstrip("\r"))
         env = parse_line(text)
         if env is None:
-            if "NCCL version " in text and "+cuda" in text:
+            if "NCCL version " in text:
                 # ≤2.21 rank 0 printf()s it bare (init.cc): it belongs to the process before it
                 self._bare_version(text)
             elif counted or " NCCL " in text:
                 result.garbled_lines += 1
             elif text.strip():
                 result.other_lines += 1
+                self._other(text)
             if self._identify and text.strip():  # whose line: known in a one-process file only
-                record(result.signatures, self._identify, text, None)
+                wrapped, self._wrapped = self._wrapped, None
+                # a terminal's hard wrap cuts a long line in two: try it joined to the one before
+                hit = record(result.signatures, self._identify, text, None) or (
+                    wrapped is not None
+                    and record(result.signatures, self._identify, wrapped + text, None)
+                )
+                if not hit and len(text) >= WRAP_MIN:
+                    self._wrapped = text
+                last = text.find("Last error:")
+                if last >= 0:  # PyTorch quotes NCCL's last WARN there: the cause, matched too
+                    record(result.signatures, self._identify, text[last + 11 :].strip(), None, text)
             return
         if not counted:
             result.nccl_lines += 1
         head = env.head
         proc = self._process(head.key, head.host, head.pid)
         proc.last_line = text
-        if env.level == "WARN":
-            proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text))
+        if env.level in ("WARN", "ATTN"):
+            proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text, level=env.level))
             if self._identify:
                 record(result.signatures, self._identify, env.msg, head.key, text)
             return
         if env.level == "CALL":
             result.call_lines += 1
+            return
+        if env.level == "DIAG":
+            if len(proc.diagnostics) < MAX_SAMPLES * 8:
+                proc.diagnostics.append(env.msg)
             return
         found = match_kind(env.msg)
         if found is None:

@@ -126,6 +126,7 @@ class Warn:
     msg: str
     text: str  # the whole line, for evidence
     hints: list[str] = field(default_factory=list)
+    level: str = "WARN"  # or 2.32's ATTN, printed the same way
 
 
 @dataclass
@@ -158,6 +159,7 @@ class ProcessLog:
     backtrace: list[str] = field(default_factory=list)
     error_code: int | None = None
     connect_retries: dict[str, int] = field(default_factory=dict)
+    diagnostics: list[str] = field(default_factory=list)  # 2.31+ "NCCL DIAG" report lines
     last_line: str | None = None
     lines: int = 0
 
@@ -168,6 +170,14 @@ class ProcessLog:
         if found is None:
             found = self.comms[key] = CommRank(comm=key)
         return found
+
+    def adopt(self, ptr: str) -> None:
+        """Name the communicator of the lines that named none ``ptr``: before 2.19 the first
+        line that names it is its Init COMPLETE, printed after all the others."""
+        unknown = self.comms.get(UNKNOWN_COMM)
+        if unknown is not None and ptr not in self.comms:
+            unknown.comm = ptr
+            self.comms[ptr] = self.comms.pop(UNKNOWN_COMM)
 
     def add_warn(self, warn: Warn) -> None:
         self.warn_count += 1

@@ -50,6 +50,14 @@ def record(
     return bool(sig_id)
 
 
+def may_match(identify: Identify, text: str) -> bool:
+    """Whether any line of ``text`` (many lines at once) may be recognised: the catalogue's own
+    gate (``identify.gate``) decides when it offers one, so lines it cannot match skip the
+    per-line call."""
+    gate = getattr(identify, "gate", None)
+    return True if gate is None else bool(gate(text))
+
+
 def merge_hits(into: dict[str, SignatureHit], other: dict[str, SignatureHit]) -> None:
     for sig_id, hit in other.items():
         mine = into.setdefault(sig_id, SignatureHit(sig_id))

@@ -83,7 +83,12 @@ def group_comms(logs: LogSet) -> list[CommGroup]:
     groups: dict[str, CommGroup] = {}
     for proc in logs.processes.values():
         for comm in proc.comms.values():
-            if comm.comm == UNKNOWN_COMM and not comm.last_op and not comm.tuning.rows:
+            if (
+                comm.comm == UNKNOWN_COMM
+                and not comm.last_op
+                and not comm.tuning.rows
+                and not comm.nranks
+            ):
                 continue
             key = comm.comm_id or f"nranks={comm.nranks or '?'}"
             groups.setdefault(key, CommGroup(key)).members.append((proc, comm))

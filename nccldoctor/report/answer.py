@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.report.units import format_bytes
 
 # banner key -> heading; the key is also the CSS class of the HTML banner.
 BANNERS = {
@@ -198,15 +198,9 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
 
 
 def _bandwidth_sentence(document: dict[str, Any]) -> str:
-    rows = items(section(document, "bandwidth").get("rows"))
-    rows = [r for r in rows if _real(r.get("busbw_gbps")) and _real(r.get("size_bytes"))]
-    if not rows:
-        return ""
-    best = max(rows, key=lambda r: r["busbw_gbps"])
-    return (
-        f"Peak bus bandwidth {format_gbps(best['busbw_gbps'])} GB/s "
-        f"at {format_bytes(best['size_bytes'])}."
-    )
+    """The largest busbw against the slowest relevant link (the document's ``links``)."""
+    sentence = _text(section(document, "links").get("sentence"))
+    return f"{sentence[:1].upper()}{sentence[1:]}." if sentence else ""
 
 
 def _node_count(nodes: Any) -> int | None:

@@ -14,17 +14,22 @@ from nccldoctor import __version__
 from nccldoctor.facts import NodeFacts, from_dict, to_dict
 from nccldoctor.model import Finding, Severity, worst
 from nccldoctor.redact import redact_document
-from nccldoctor.report.answer import headline
+from nccldoctor.report.answer import headline, nccl_summary
 from nccldoctor.report.consistency import consistency_table
+from nccldoctor.report.links import links_section
 
-SCHEMA_VERSION = 2  # 2: the document carries its headline and consistency table (load.upgrade)
+# 2: the document carries its headline and consistency table; 3: every rate names its unit
+SCHEMA_VERSION = 3  # (load.upgrade converts older documents)
 
 EXIT_OK = 0  # healthy
 EXIT_FAIL = 1  # a finding failed
 EXIT_USAGE = 2  # the command line was wrong
 EXIT_INCOMPLETE = 3  # the run itself could not complete
 
-SUMMARY_KEYS = ("headline", "consistency")  # built by with_summaries, for the views
+SUMMARY_KEYS = ("links", "headline", "consistency")  # built by with_summaries, for the views
+# What the loader could not read in a document (load.upgrade); it travels in ``extra`` so a
+# re-rendered report still says it.
+NOTES_KEY = "load_notes"
 
 
 @dataclass
@@ -72,7 +77,7 @@ class Report:
             "nodes": [to_dict(n) for n in self.nodes],
             **self.extra,
         }
-        return with_summaries(redact_document(document))
+        return with_summaries(redact_document(document), facts=self.nodes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -110,9 +115,14 @@ class Report:
         )
 
 
-def with_summaries(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` with the sections every view shows as they are: the ``headline`` (banner and
-    answer) and the ``consistency`` table, built from the (redacted) document itself."""
+def with_summaries(
+    document: dict[str, Any], facts: list[NodeFacts] | None = None
+) -> dict[str, Any]:
+    """``document`` with the sections every view shows as they are: the ``links`` (busbw against
+    what the links carry), the ``headline`` (banner and answer) and the ``consistency`` table,
+    built from the (redacted) document itself (``facts``: its nodes as objects, when known)."""
+    links = links_section(document, nccl_summary(document).get("network"), facts)
+    document = {**document, "links": links}
     return {**document, "headline": headline(document), "consistency": consistency_table(document)}
 
 

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import json
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.report.document import SCHEMA_VERSION, Report, with_summaries
+from nccldoctor.report.document import NOTES_KEY, SCHEMA_VERSION, Report, with_summaries
+from nccldoctor.report.shape import items, section
+from nccldoctor.report.units import format_bytes
+
+# Version 3 put the unit in every rate's name; the values of version 2 stay as they were: the
+# TCP probe always measured Gbit/s (cluster/agent/tcpprobe.py), only its name said GB/s.
+_RENAMED_IN_3 = {"algbw_gbps": "algbw_GBps", "busbw_gbps": "busbw_GBps"}
+_WIRE_BEFORE_3, _WIRE = "tcp_wire_gbps", "tcp_wire_Gbitps"
+# What a bandwidth row needs to be drawn and tabled; a row without one is shown with a note.
+_ROW_FIELDS = ("size_bytes", "algbw_GBps", "busbw_GBps")
 
 
 class ReportError(ValueError):
@@ -28,24 +39,71 @@ def read_document(path: str | Path) -> dict[str, Any]:
 
 
 def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
-    """``document`` in the current schema.
+    """``document`` in the current schema, with ``load_notes`` saying what could not be read.
 
     Schema history (docs/report.md): version 1 is the first; version 2 adds ``headline`` and
-    ``consistency``, built here for an older document. A document without ``schema_version``
-    predates the key and is read as version 1. When a key changes meaning, SCHEMA_VERSION goes up
-    and a step from the old version is added here, so old reports load.
+    ``consistency``; version 3 names every rate with its unit (``busbw_GBps``,
+    ``tcp_wire_Gbitps``). An older document is converted and its summaries rebuilt; one without
+    ``schema_version`` predates the key and is read as version 1. A newer one is read for what
+    this version knows, with a note. When a key changes meaning, SCHEMA_VERSION goes up and a
+    step from the old version is added here, so old reports load.
     """
     version = document.get("schema_version", 1)
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ReportError(f"{source}: schema_version {version!r} is not a positive integer")
+    notes = []
     if version > SCHEMA_VERSION:
-        raise ReportError(
-            f"{source}: written with report schema {version} by a newer nccldoctor; "
-            f"this one reads up to {SCHEMA_VERSION}: upgrade nccldoctor"
+        notes.append(
+            f"written by nccldoctor {document.get('tool_version', '?')} with report schema "
+            f"{version}; this one reads up to {SCHEMA_VERSION}: shown is what it knows "
+            "(upgrade nccldoctor to see the rest)"
         )
-    if version < 2:
-        document = with_summaries(document)
-    return {**document, "schema_version": SCHEMA_VERSION}
+    if version < 3:
+        document = with_summaries(_units_in_names(document))
+    unknown = sorted(str(k) for k in document if k not in known_keys())
+    if unknown:
+        notes.append(f"keys this nccldoctor does not know, not shown: {', '.join(unknown)}")
+    notes += _row_notes(document)
+    upgraded = {**document, "schema_version": SCHEMA_VERSION}
+    if notes:
+        upgraded[NOTES_KEY] = notes
+    return upgraded
+
+
+def _units_in_names(document: dict[str, Any]) -> dict[str, Any]:
+    bandwidth = section(document, "bandwidth")
+    if not bandwidth:
+        return document
+    converted = {k: v for k, v in bandwidth.items() if k != _WIRE_BEFORE_3}
+    if isinstance(bandwidth.get("rows"), list):
+        converted["rows"] = [
+            {_RENAMED_IN_3.get(k, k): v for k, v in row.items()} if isinstance(row, dict) else row
+            for row in bandwidth["rows"]
+        ]
+    if _WIRE_BEFORE_3 in bandwidth:
+        converted[_WIRE] = bandwidth[_WIRE_BEFORE_3]
+    return {**document, "bandwidth": converted}
+
+
+def _row_notes(document: dict[str, Any]) -> list[str]:
+    """ "bandwidth row 3 (64 MiB) has no busbw_GBps: shown as unknown" for each such row."""
+    notes = []
+    for index, row in enumerate(items(section(document, "bandwidth").get("rows")), 1):
+        missing = [f for f in _ROW_FIELDS if row.get(f) is None]
+        if missing:
+            size = row.get("size_bytes")
+            where = f" ({format_bytes(size)})" if size is not None else ""
+            notes.append(
+                f"bandwidth row {index}{where} has no {', '.join(missing)}: shown as unknown"
+            )
+    return notes
+
+
+@cache
+def known_keys() -> frozenset[str]:
+    """The top-level keys the shipped schema describes."""
+    text = resources.files("nccldoctor.report").joinpath("schema.json").read_text("utf-8")
+    return frozenset(json.loads(text)["properties"])
 
 
 def report_from_document(document: dict[str, Any], source: str = "report") -> Report:

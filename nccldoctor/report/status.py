@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nccldoctor.facts import NodeFacts
+from nccldoctor.report.units import format_bytes
 
 
 def area_status(facts: NodeFacts) -> dict[str, str]:
@@ -93,10 +94,10 @@ def _container(facts: NodeFacts) -> str:
     if c.network_mode and c.runtime:
         where += f", {c.network_mode} network"
     if c.shm_size_bytes:
-        where += f", /dev/shm {c.shm_size_bytes / 2**20:.0f} MiB"
+        where += f", /dev/shm {format_bytes(c.shm_size_bytes)}"
     if c.memlock_soft is not None:
         where += ", memlock " + (
-            "unlimited" if c.memlock_soft == -1 else f"{c.memlock_soft // 1024} KiB"
+            "unlimited" if c.memlock_soft == -1 else format_bytes(c.memlock_soft)
         )
     return where
 

@@ -1,12 +1,30 @@
-"""Numbers as people read them in a report: message sizes in binary units, bandwidth in GB/s."""
+"""Numbers as people read them in a report, each with its unit.
+
+Two rates live in a report and differ by a factor of 8, so each field carries its unit in its
+name (docs/report.md): ``_GBps`` is gigabytes (10⁹ bytes) per second as nccl-tests prints busbw
+and algbw, ``_Gbitps`` gigabits per second as links are rated (NIC speed, IB port rate, the TCP
+probe). Sizes are binary (64 MiB), times s/ms/µs.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+BITS_PER_BYTE = 8
+UNKNOWN = "unknown"
 
 
-def format_bytes(size: int | float) -> str:
+def known(value: Any) -> bool:
+    """A finite number (bools and NaN are not measurements)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def format_bytes(size: Any) -> str:
     """``65536`` → ``64 KiB``; exact powers print without decimals (nccl-tests sizes are)."""
+    if not known(size):
+        return UNKNOWN
     value = float(size)
     for unit in _BINARY_UNITS:
         if abs(value) < 1024 or unit == _BINARY_UNITS[-1]:
@@ -15,8 +33,33 @@ def format_bytes(size: int | float) -> str:
     raise AssertionError("unreachable")
 
 
-def format_gbps(value: float | None) -> str:
-    """Bandwidth in GB/s (10^9 bytes per second, as nccl-tests); "n/a" when unknown."""
-    if value is None:
-        return "n/a"
-    return f"{value:.2f}" if value < 100 else f"{value:.1f}"
+def _rate(value: float) -> str:
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.1f}"
+
+
+def format_GBps(value: Any) -> str:
+    """``9.41 GB/s`` (10⁹ bytes per second, as nccl-tests); "unknown" when not measured."""
+    return f"{_rate(value)} GB/s" if known(value) else UNKNOWN
+
+
+def format_Gbitps(value: Any) -> str:
+    """``100 Gbit/s`` (10⁹ bits per second, as links are rated); "unknown" when not known."""
+    if not known(value):
+        return UNKNOWN
+    return f"{value:g} Gbit/s" if value == int(value) else f"{_rate(value)} Gbit/s"
+
+
+def GBps_of_Gbitps(value: float) -> float:
+    """A link rate in the unit of busbw, to draw or divide them on one scale."""
+    return value / BITS_PER_BYTE
+
+
+def format_seconds(value: Any) -> str:
+    """``1.25 s``, ``850 ms``, ``42 µs``: the unit that keeps the number readable."""
+    if not known(value):
+        return UNKNOWN
+    if abs(value) >= 1:
+        return f"{value:.3g} s" if abs(value) < 100 else f"{value:.0f} s"
+    if abs(value) >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"

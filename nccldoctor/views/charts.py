@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.report.units import format_bytes, format_gbps
+from nccldoctor.report.units import GBps_of_Gbitps, format_bytes, format_Gbitps, format_GBps
 
 
 @dataclass(frozen=True)
@@ -66,23 +66,24 @@ class BandwidthChart:
 
 def bandwidth_chart(
     rows: Sequence[Mapping[str, Any]],
-    tcp_wire_gbps: Mapping[str, float | None] | None = None,
+    tcp_wire_Gbitps: Mapping[str, float | None] | None = None,
     width: int = 720,
     height: int = 300,
 ) -> BandwidthChart | None:
-    """busbw and algbw against message size (log2 x axis), the slowest node's TCP wire speed as
-    a horizontal line; None when no row has a positive size and a bandwidth."""
+    """busbw and algbw (GB/s) against message size (log2 x axis), the slowest node's TCP wire
+    speed (measured in Gbit/s, drawn in GB/s on the same axis) as a horizontal line; None when
+    no row has a positive size and a bandwidth."""
     usable = [r for r in rows if _positive(r.get("size_bytes"))]
     values = {
         name: [
-            (r["size_bytes"], r[f"{name}_gbps"]) for r in usable if _number(r.get(f"{name}_gbps"))
+            (r["size_bytes"], r[f"{name}_GBps"]) for r in usable if _number(r.get(f"{name}_GBps"))
         ]
         for name in ("busbw", "algbw")
     }
     if not any(values.values()):
         return None
     wire = min(
-        ((gbps, node) for node, gbps in (tcp_wire_gbps or {}).items() if _positive(gbps)),
+        ((gbps, node) for node, gbps in (tcp_wire_Gbitps or {}).items() if _positive(gbps)),
         default=None,
     )
     plot = Box(left=56, top=12, right=width - 32, bottom=height - 40)
@@ -90,9 +91,8 @@ def bandwidth_chart(
     lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
     if hi - lo < 1:
         lo, hi = lo - 1, hi + 1
-    top = _nice_ceiling(
-        max([v for pairs in values.values() for _, v in pairs] + [wire[0] if wire else 0])
-    )
+    wire_GBps = GBps_of_Gbitps(wire[0]) if wire else 0.0
+    top = _nice_ceiling(max([v for pairs in values.values() for _, v in pairs] + [wire_GBps]))
 
     def x_of(size: float) -> float:
         return plot.left + (math.log2(size) - lo) / (hi - lo) * (plot.right - plot.left)
@@ -104,7 +104,7 @@ def bandwidth_chart(
         Series(
             name,
             [
-                Point(x_of(s), y_of(v), f"{name} {format_gbps(v)} GB/s at {format_bytes(s)}")
+                Point(x_of(s), y_of(v), f"{name} {format_GBps(v)} at {format_bytes(s)}")
                 for s, v in sorted(pairs)
             ],
         )
@@ -118,7 +118,10 @@ def bandwidth_chart(
         x_ticks=[Tick(x_of(2**k), format_bytes(2**k)) for k in _log2_ticks(lo, hi)],
         y_ticks=[Tick(y_of(v), f"{v:g}") for v in _linear_ticks(top)],
         series=series,
-        wire=HLine(y_of(wire[0]), f"TCP wire {format_gbps(wire[0])} GB/s ({wire[1]})")
+        wire=HLine(
+            y_of(wire_GBps),
+            f"TCP wire {format_Gbitps(wire[0])} = {format_GBps(wire_GBps)} ({wire[1]})",
+        )
         if wire
         else None,
     )

@@ -19,7 +19,6 @@ import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import nccl_summary
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import format_gbps
 from nccldoctor.views import charts, sections
 
 PAGE_TEMPLATE = "report.html.j2"
@@ -48,9 +47,8 @@ def _environment(directory: Path) -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(
-        gbps=format_gbps,
-        short_transport=sections.short_transport,
         log_lines=log_lines,
+        matrix_rows=matrix_rows,
         num=number,
     )
     return env
@@ -65,16 +63,46 @@ def number(value: Any, digits: int = 2) -> str:
 
 def log_lines(lines: list[tuple[str, str]]) -> Any:
     """One ``<div>`` per log line, escaped; done here because a 64-rank report has ~13k lines
-    and a template loop over them is most of the page's render time."""
+    and a template loop over them is most of the page's render time. The lines are escaped in
+    one call (joined on a newline, which escaping keeps and a kept line cannot hold)."""
     from markupsafe import Markup, escape
 
+    texts = [line.replace("\n", " ") for _, line in lines]
+    escaped = str(escape("\n".join(texts))).split("\n") if texts else []
     # kind is one of line_kind()'s fixed words, never text from the report.
     return Markup(
         "".join(
-            f'<div class="{kind}">{escape(line)}</div>' if kind else f"<div>{escape(line)}</div>"
-            for kind, line in lines
+            f'<div class="{kind}">{text}</div>' if kind else f"<div>{text}</div>"
+            for (kind, _), text in zip(lines, escaped, strict=True)
         )
     )
+
+
+def matrix_rows(matrix: sections.TransportMatrix) -> Any:
+    """The rank-by-rank rows, escaped; built here because 64 ranks make 4096 cells, which a
+    template loop renders many times slower. Cells repeat: each distinct one is built once."""
+    from markupsafe import Markup, escape
+
+    built: dict[tuple[bool, tuple[str, ...], bool], str] = {}
+    rows = []
+    for rank in matrix.ranks:
+        cells = []
+        for peer in matrix.ranks:
+            key = (
+                rank == peer,
+                tuple(matrix.cells.get((rank, peer), [])),
+                (rank, peer) in matrix.gdr,
+            )
+            cell = built.get(key)
+            if cell is None:
+                css = "self" if key[0] else matrix.css(list(key[1]))
+                text = " ".join(sections.short_transport(label) for label in key[1])
+                cell = built[key] = (
+                    f'<td class="{escape(css)}">{escape(text)}{"+GDR" if key[2] else ""}</td>'
+                )
+            cells.append(cell)
+        rows.append(f"<tr><th>{escape(rank)}</th>{''.join(cells)}</tr>\n")
+    return Markup("".join(rows))
 
 
 def _csp_hash(text: str) -> str:
@@ -115,6 +143,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "banner_key": str(top.get("banner") or ""),
         "banner_title": str(top.get("title") or ""),
         "answer": str(top.get("answer") or ""),
+        "notes": [str(n) for n in values(document.get("load_notes"))],
         "areas": sections.area_lines(document),
         "cluster_rows": rows,
         "cluster_columns": columns,
@@ -126,15 +155,21 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "rings": sections.ring_lines(summary, comm),
         "trees": sections.tree_lines(summary, comm),
         "bandwidth": bandwidth,
-        "bandwidth_rows": items(bandwidth.get("rows")),
+        "bandwidth_rows": sections.bandwidth_rows(bandwidth),
+        "links": sections.link_table(document),
         "chart": charts.bandwidth_chart(
-            items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_gbps")
+            items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_Gbitps")
         ),
         "timeline": charts.timeline(phases, section(document, "hang") or None),
         "phases": phases,
         "hang": section(document, "hang"),
         "mnist": section(document, "mnist"),
         "rank_logs": sections.rank_logs(document),
+        "perf_runs": sections.perf_runs(document),
+        "ras_outputs": sections.ras_outputs(document),
+        "flight_recorder_files": values(section(document, "flight_recorder").get("files")),
+        "flight_recorder_groups": sections.flight_recorder_groups(document),
+        "skipped": items(section(document, "attachments").get("skipped")),
         "environments": sections.environments(document),
         "reproduce": shlex.join(str(a) for a in values(document.get("command"))),
     }

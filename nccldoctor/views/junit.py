@@ -13,7 +13,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from nccldoctor.report import Report
-from nccldoctor.report.shape import items, values
+from nccldoctor.report.grouping import FindingGroup, group_findings
+from nccldoctor.report.shape import items
 
 # Characters XML 1.0 cannot carry (C0 controls but tab/newline/return, lone surrogates, FFFE/FFFF).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -29,8 +30,8 @@ def render_document_junit(document: dict[str, Any]) -> str:
     kind = _text(document.get("kind") or "report")
     suites = ET.Element("testsuites", name=f"nccldoctor {kind}")
     findings = ET.SubElement(suites, "testsuite", name=f"nccldoctor.{kind}.findings")
-    for finding in items(document.get("findings")):
-        findings.append(_finding_case(finding))
+    for group in group_findings(document):
+        findings.append(_finding_case(group))
     if not document.get("completed", True):
         case = _case("run", "run.completed")
         _child(case, "failure", "the run could not complete", message="the run could not complete")
@@ -49,13 +50,17 @@ def render_document_junit(document: dict[str, Any]) -> str:
     )
 
 
-def _finding_case(finding: dict[str, Any]) -> ET.Element:
-    where = [f"node {finding['node']}" if finding.get("node") else "", _rank(finding.get("rank"))]
+def _finding_case(group: FindingGroup) -> ET.Element:
+    """One test case per finding; one that fired alike on several nodes names them all."""
+    finding = group.finding
+    nodes = f"node{'s' if group.several else ''} {', '.join(group.nodes)}" if group.nodes else ""
+    where = [nodes, _rank(finding.get("rank"))]
     suffix = f" [{', '.join(w for w in where if w)}]" if any(where) else ""
     case = _case(_text(finding.get("area") or "nccl"), f"{_text(finding.get('id', ''))}{suffix}")
     title = _text(finding.get("title", ""))
+    per_node = [line for node, own in group.per_node for line in (f"on {node}:", *map(_text, own))]
     body = "\n".join(
-        [title, *map(_text, values(finding.get("evidence")))]
+        [title, *map(_text, group.evidence), *per_node]
         + ([f"Fix:\n{_text(finding['fix'])}"] if finding.get("fix") else [])
     )
     severity = finding.get("severity")

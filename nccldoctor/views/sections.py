@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from nccldoctor.model import AREA_TITLES
+from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kind
 from nccldoctor.report.shape import items, section, values
+from nccldoctor.report.units import (
+    UNKNOWN,
+    format_bytes,
+    format_Gbitps,
+    format_GBps,
+    format_seconds,
+    known,
+)
 
 SEVERITY_ORDER = ("fail", "warn", "info", "ok")
 SEVERITY_TITLES = {"fail": "Problems", "warn": "Warnings", "info": "Information", "ok": "Passed"}
@@ -56,8 +65,9 @@ def consistency(document: dict[str, Any]) -> tuple[list[tuple[str, str]], list[C
 
 
 def finding_groups(document: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """(severity, heading, findings) for each severity present, worst first."""
-    findings = [_finding(f) for f in items(document.get("findings"))]
+    """(severity, heading, findings) for each severity present, worst first; a finding that
+    fired alike on several nodes is one entry naming them (report/grouping.py)."""
+    findings = [_finding(g) for g in group_findings(document)]
     groups = []
     for severity in SEVERITY_ORDER:
         found = [f for f in findings if f.get("severity") == severity]
@@ -66,9 +76,9 @@ def finding_groups(document: dict[str, Any]) -> list[tuple[str, str, list[dict[s
     return groups
 
 
-def _finding(finding: dict[str, Any]) -> dict[str, Any]:
+def _finding(group: FindingGroup) -> dict[str, Any]:
     """A finding with every key the page shows; links as (url, clickable: http(s) only)."""
-    evidence = finding.get("evidence")
+    finding = group.finding
     links = finding.get("links") if isinstance(finding.get("links"), list) else []
     return {
         "id": str(finding.get("id", "")),
@@ -76,14 +86,70 @@ def _finding(finding: dict[str, Any]) -> dict[str, Any]:
         "area": str(finding.get("area", "")),
         "severity": finding.get("severity"),
         "title": str(finding.get("title", "")),
-        "evidence": [str(e) for e in evidence]
-        if isinstance(evidence, list)
-        else [str(evidence or "")],
+        "evidence": group.evidence,
+        "per_node": group.per_node,
         "fix": str(finding.get("fix") or ""),
         "links": [(str(u), str(u).startswith(("https://", "http://"))) for u in links],
-        "node": finding.get("node"),
+        "node": ", ".join(group.nodes) if group.nodes else finding.get("node"),
+        "several": group.several,
         "rank": finding.get("rank"),
     }
+
+
+@dataclass(frozen=True)
+class BandwidthRow:
+    size: str
+    count: str
+    dtype: str
+    time: str
+    algbw: str
+    busbw: str
+    wrong: str
+    flagged: bool  # the row counted wrong results
+
+
+def bandwidth_rows(bandwidth: dict[str, Any]) -> list[BandwidthRow]:
+    """The sweep's rows as the table prints them, each number with its unit ("unknown" where a
+    row lacks the field)."""
+    rows = []
+    for row in items(bandwidth.get("rows")):
+        time_us = row.get("time_us")
+        wrong = row.get("wrong")
+        rows.append(
+            BandwidthRow(
+                size=format_bytes(row.get("size_bytes")),
+                count=str(row["count"]) if known(row.get("count")) else "",
+                dtype=str(row.get("dtype") or ""),
+                time=format_seconds(time_us / 1e6) if known(time_us) else UNKNOWN,
+                algbw=format_GBps(row.get("algbw_GBps")),
+                busbw=format_GBps(row.get("busbw_GBps")),
+                wrong=str(wrong) if known(wrong) else "",
+                flagged=known(wrong) and wrong > 0,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    sentence: str
+    expected: str
+    rows: list[tuple[str, str, str, str]]  # node, link, rate with its unit or "unknown", source
+
+
+def link_table(document: dict[str, Any]) -> LinkTable | None:
+    """The document's ``links`` as the bandwidth section prints them."""
+    links = section(document, "links")
+    if not links:
+        return None
+    rows = [
+        (str(n.get("node", "")), str(k.get("name", "")), format_Gbitps(k.get("Gbitps")),
+         str(k.get("source", "")))
+        for n in items(links.get("nodes"))
+        for k in items(n.get("links"))
+    ]  # fmt: skip
+    sentence = str(links.get("sentence") or "")
+    return LinkTable(sentence[:1].upper() + sentence[1:], str(links.get("expected") or ""), rows)
 
 
 def area_lines(document: dict[str, Any]) -> list[tuple[str, str]]:
@@ -276,3 +342,46 @@ def environments(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, st
                 (str(node.get("node", "")), sorted((str(k), str(v)) for k, v in variables.items()))
             )
     return out
+
+
+def perf_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nccl-tests runs of an explain document, each with its rows flattened for a table."""
+    runs = []
+    for run in items(section(document, "nccl_tests").get("runs")):
+        rows = []
+        for row in items(run.get("rows")):
+            cells = [row.get("size"), row.get("type") or "", row.get("redop") or ""]
+            for side in ("out_of_place", "in_place"):
+                half = row.get(side) if isinstance(row.get(side), dict) else {}
+                cells += [half.get(k) for k in ("time_us", "algbw", "busbw", "wrong")]
+            rows.append(cells)
+        runs.append({**run, "table": rows})
+    return runs
+
+
+def ras_outputs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The NCCL RAS outputs of an explain document."""
+    return items(section(document, "ras").get("outputs"))
+
+
+def flight_recorder_groups(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each process group of the Flight Recorder analysis: its label, what matched, and one line
+    per divergence ("seq 12 all_reduce: missing on rank 1")."""
+    groups = []
+    for g in items(section(document, "flight_recorder").get("groups")):
+        lines = []
+        for d in items(g.get("divergences")):
+            missing = ", ".join(str(r) for r in values(d.get("missing")))
+            sides = "; ".join(
+                f"ranks {', '.join(str(r) for r in values(s.get('ranks')))}: {s.get('op')} "
+                f"{s.get('input_sizes')} {s.get('dtypes')} {s.get('state')}"
+                for s in items(d.get("sides"))
+            )
+            what = f"missing on rank(s) {missing}" if missing else sides
+            lines.append(f"seq {d.get('seq')} {d.get('op')} ({d.get('kind')}): {what}")
+        no_dump = ", ".join(str(r) for r in values(g.get("no_dump")))
+        groups.append(
+            {"label": str(g.get("label") or g.get("name") or "?"), "matched": g.get("matched"),
+             "no_dump": no_dump, "divergences": lines}
+        )  # fmt: skip
+    return groups

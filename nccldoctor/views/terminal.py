@@ -10,6 +10,7 @@ from rich.text import Text
 
 from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import AREA_TITLES, AREAS, Severity
+from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
 
 _MARKS_UNICODE = {Severity.OK: "✓", Severity.INFO: "•", Severity.WARN: "!", Severity.FAIL: "✗"}
@@ -28,16 +29,18 @@ def render_terminal(
 ) -> Group:
     """The report document as rich renderables; info findings only with ``verbose``."""
     marks = _MARKS_UNICODE if unicode else _MARKS_ASCII
-    findings = [(_severity(f), f) for f in items(document.get("findings"))]
+    findings = [(_severity(g.finding), g) for g in group_findings(document)]
     area_status = section(document, "area_status")
     several_nodes = len(items(document.get("nodes"))) > 1
     lines: list[Text] = []
     top = section(document, "headline")
     if top.get("answer"):
         lines += [Text(f"{top.get('title', '')}: {top['answer']}"), Text()]
+    notes = [str(n) for n in values(document.get("load_notes"))]
+    lines += [Text(f"Note: {note}", style="yellow") for note in notes] + ([Text()] if notes else [])
     problem_areas = 0
     for area in AREAS:
-        found = [(s, f) for s, f in findings if f.get("area") == area]
+        found = [(s, g) for s, g in findings if g.finding.get("area") == area]
         if not found and area not in area_status:
             continue
         level = _worst([s for s, _ in found if s is not Severity.INFO])
@@ -69,27 +72,33 @@ def _worst(severities: list[Severity]) -> Severity:
 
 def _finding_lines(
     severity: Severity,
-    finding: dict[str, Any],
+    group: FindingGroup,
     marks: dict[Severity, str],
     verbose: bool,
     several_nodes: bool,
 ) -> list[Text]:
-    node = finding.get("node")
-    where = f" [{node}]" if node and (verbose or several_nodes) else ""
+    finding = group.finding
+    named = group.several or (group.nodes and (verbose or several_nodes))
+    where = f" [{', '.join(group.nodes)}]" if named else ""
     out = [
         Text(f"    {marks[severity]} {finding.get('title', '')}{where}", style=_STYLES[severity])
     ]
-    # torch's C++ frames stay in the document (and the HTML); a terminal gets its messages
-    evidence = [
-        line for text in values(finding.get("evidence")) if (line := without_cpp_frames(text))
-    ]
-    out.extend(Text(f"        {line}", style="dim") for line in evidence[: None if verbose else 3])
+    shown = None if verbose else 3
+    out.extend(Text(f"        {line}", style="dim") for line in _readable(group.evidence)[:shown])
+    for node, own in group.per_node:
+        out.append(Text(f"        on {node}:", style="dim"))
+        out.extend(Text(f"          {line}", style="dim") for line in _readable(own)[:shown])
     if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))
         out.extend(Text(f"        {line}") for line in str(fix).splitlines())
     if verbose:
         out.append(Text(f"      ({finding.get('id')}, {finding.get('category')})", style="dim"))
     return out
+
+
+def _readable(evidence: list[str]) -> list[str]:
+    """torch's C++ frames stay in the document (and the HTML); a terminal gets its messages."""
+    return [line for text in evidence if (line := without_cpp_frames(text))]
 
 
 def _summary(

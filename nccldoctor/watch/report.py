@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from checks import run_checks
-from nccldoctor.explain import explain
+from nccldoctor.explain import explain, explain_dumps
 from nccldoctor.forensics.ranks import JobSeen, rank_state
 from nccldoctor.model import Finding
 from nccldoctor.ncclog.inputs import file_sources
@@ -51,8 +51,13 @@ def watch_report(
             "verdict": sentence,
         }
     nccl, log_findings = explain_job_logs(log_dir)
+    # the dumps the ranks answered with (fr.<pid>.pkl), matched across ranks like explain's
+    flight_recorder, fr_findings = explain_dumps(
+        [(log_dir / f"fr.{s.evidence.process.pid}.pkl", s.rank)
+         for s in ranked if s.evidence.flight_recorder is not None]
+    )  # fmt: skip
     seen = {f.id for f in findings}
-    findings += [f for f in log_findings if f.id not in seen]
+    findings += fr_findings + [f for f in log_findings if f.id not in seen]
     return Report(
         kind="watch",
         findings=findings,
@@ -70,6 +75,7 @@ def watch_report(
                 "output_tail": outcome.output_tail,
             },
             "hang": hang,
+            "flight_recorder": flight_recorder,
             "ranks": [
                 {
                     "rank": s.rank,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, WorldNode
 from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.report import Report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from checks import run_checks
-from nccldoctor.cluster.agent import listener
+from nccldoctor.cluster.agent import gate
 from nccldoctor.cluster.diagnosis import causes
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
@@ -41,7 +41,7 @@ def test_mtu_stall_names_the_mtus_the_sizes_and_the_fix():
     (f,) = cause.findings
     assert (f.id, f.category, f.severity.value) == ("run.mtu-stall", "interface_selection", "fail")
     assert f.title == (
-        "allreduce_correctness stalled at 262148 B (4096 B passed): the MTU differs between "
+        "allreduce_correctness stalled at 256.0 KiB (4 KiB passed): the MTU differs between "
         "nodes (9000 on n1, n2; 1500 on n0) and frames over 1500 B are dropped on the path"
     )
     assert f.evidence == [
@@ -72,7 +72,7 @@ def test_mtu_stall_needs_differing_mtus_and_a_stall_above_the_smaller_one():
 def probe(to_ok=True, from_ok=True):
     to_error = "" if to_ok else "TimeoutError: timed out"
     from_error = "" if from_ok else "timed out"
-    return listener.PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
+    return gate.PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
                           from_error, 3.0)  # fmt: skip
 
 
@@ -113,17 +113,15 @@ def test_ports_blocked_leads_the_hang_verdict():
 
 
 def test_port_probe_both_ways_over_loopback():
-    server = listener.MasterListener(free_port(), "secret", "run1", bind="127.0.0.1")
+    server = gate.Gate(free_port(), "secret", "run1", bind="127.0.0.1")
     try:
-        reply = listener.say_hello("127.0.0.1", server.port, "b", "127.0.0.1", "secret",
+        reply = gate.say_hello("127.0.0.1", server.port, "b", "127.0.0.1", "secret",
                                time.monotonic() + 5)  # fmt: skip
         assert reply.probe_port == server.probe_port != server.port
-        result = listener.probe_ports(
-            "127.0.0.1", server.port, reply.probe_port, "b", "secret", 2.0
-        )
+        result = gate.probe_ports("127.0.0.1", server.port, reply.probe_port, "b", "secret", 2.0)
         assert (result.to_master_ok, result.from_master_ok) == (True, True)
         assert result.from_master.startswith("127.0.0.1:")
-        closed = listener.probe_ports("127.0.0.1", server.port, free_port(), "b", "secret", 2.0)
+        closed = gate.probe_ports("127.0.0.1", server.port, free_port(), "b", "secret", 2.0)
         assert closed.to_master_ok is False and "refused" in closed.to_master_error.lower()
     finally:
         server.close()

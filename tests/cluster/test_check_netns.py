@@ -67,7 +67,7 @@ def test_healthy_two_nodes(lab):
     assert cluster["cluster"]["world_size"] == 2
     assert {n["name"] for n in cluster["cluster"]["nodes"]} == {"node0", "node1"}
     assert cluster["bandwidth"]["rows"], "the bandwidth sweep left no table"
-    assert cluster["bandwidth"]["tcp_wire_gbps"]["node1"] > 0
+    assert cluster["bandwidth"]["tcp_wire_Gbitps"]["node1"] > 0
     assert cluster["mnist"]["params_identical"] is True
     assert "Check of 2 ranks on node0, node1, backend gloo." in runs[0].stdout  # the headline
 

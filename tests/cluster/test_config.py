@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from nccldoctor.cluster.config import ConfigError, config_from_args, first_slurm_host
+from nccldoctor.cluster.config import (
+    ConfigError,
+    config_from_args,
+    first_slurm_host,
+    host_resolves,
+)
 from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
 
 
@@ -54,10 +60,107 @@ def test_torchrun_with_several_procs_per_node_refuses_the_extra_agents():
 
 
 def test_slurm_env():
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "3", "SLURM_NODEID": "0",
-           "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "gpu[03-05]"}  # fmt: skip
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_NUM_NODES": "3",
+           "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "gpu[03-05]"}  # fmt: skip
     c = make(env)
     assert (c.launcher, c.master, c.nodes, c.node_rank) == ("slurm", "gpu03", 3, 0)
+
+
+# What srun sets in a task of `srun -N2 --ntasks-per-node=1` inside a 4-node allocation, and what
+# the batch shell of a 2-node allocation has (as the lab's Slurm 22.05 sets them, nccldoctor/lab/slurm.py).
+SRUN_TASK = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_NUM_NODES": "4",
+             "SLURM_NNODES": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+             "SLURM_NTASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_NODEID": "1",
+             "SLURM_LOCALID": "0", "SLURM_PROCID": "1", "SLURM_JOB_NODELIST": "node[0-3]",
+    "SLURM_STEP_NODELIST": "node[2-3]"}  # fmt: skip
+BATCH_SHELL = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
+               "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURM_PROCID": "0",
+               "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_NODELIST": "node[0-1]"}  # fmt: skip
+
+
+def test_srun_step_counts_the_steps_nodes_not_the_allocations():
+    c = make(SRUN_TASK)
+    assert (c.launcher, c.master, c.nodes, c.node_rank) == ("slurm", "node2", 2, 1)
+
+
+def test_the_batch_shell_is_not_a_node_of_the_check():
+    with pytest.raises(ConfigError, match=r"SLURM_JOB_ID=7 is set but SLURM_STEP_ID is not.*srun"):
+        make(BATCH_SHELL)
+    assert make(BATCH_SHELL, node_rank=0).nodes == 2  # an explicit node rank: the user knows
+
+
+def test_uneven_srun_tasks_name_both_variables():
+    env = {**SRUN_TASK, "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "2,1"}
+    with pytest.raises(ConfigError) as err:
+        make(env)
+    assert str(err.value).startswith(
+        "SLURM_STEP_NUM_TASKS=3 is not a multiple of SLURM_STEP_NUM_NODES=2 (tasks per node: 2,1)"
+    )
+
+
+@pytest.mark.parametrize("nodelist", ["gpu[03-", "gpu[a-b]", ",gpu1", "[1-2]"])
+def test_a_node_list_that_does_not_parse_is_named(nodelist):
+    with pytest.raises(ConfigError, match=r"^SLURM_STEP_NODELIST=.*expected a Slurm host list"):
+        make({**SRUN_TASK, "SLURM_STEP_NODELIST": nodelist})
+
+
+def test_a_node_list_whose_master_does_not_resolve_is_named():
+    asked = []
+
+    def resolve(name):
+        asked.append(name)
+        return False
+
+    with pytest.raises(ConfigError) as err:
+        make(SRUN_TASK, resolve=resolve)
+    assert asked == ["node2"]
+    assert str(err.value).startswith(
+        "SLURM_STEP_NODELIST=node[2-3]: its first host 'node2' (the master) does not resolve"
+    )
+    # MASTER_ADDR (or --master) is the user's own choice: not asked, the reach phase retries it.
+    assert make({**SRUN_TASK, "MASTER_ADDR": "m"}, resolve=resolve).master == "m"
+    assert asked == ["node2"]
+
+
+def test_host_resolves():
+    assert host_resolves("localhost")
+    assert not host_resolves("no-such-host.invalid")
+    assert not host_resolves("bad\x00name" * 30)
+
+
+def test_torchrun_world_that_is_not_whole_nodes_is_named():
+    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "h", "WORLD_SIZE": "5",
+           "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "LOCAL_RANK": "0"}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        make(env)
+    assert str(err.value).startswith("WORLD_SIZE=5 is not a multiple of LOCAL_WORLD_SIZE=2;")
+
+
+# What OpenMPI 4.1's mpirun sets in each process (seen in tests/cluster/test_mpirun.py), here
+# for `mpirun -np 2 -N 1 -x MASTER_ADDR` on the second node.
+OMPI = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_COMM_WORLD_NODE_RANK": "0", "MASTER_ADDR": "198.18.0.1"}  # fmt: skip
+
+
+def test_mpirun_env():
+    c = make(OMPI)
+    assert (c.launcher, c.master, c.nodes, c.node_rank, c.port) == (
+        "mpirun", "198.18.0.1", 2, 1, 29400)  # fmt: skip
+
+
+def test_mpirun_with_several_procs_per_node():
+    env = {**OMPI, "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_RANK": "3",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}  # fmt: skip
+    assert (make(env).nodes, make(env).node_rank) == (2, 1)
+    with pytest.raises(ConfigError, match="OMPI_COMM_WORLD_SIZE=7 is not a multiple of "):
+        make({**env, "OMPI_COMM_WORLD_SIZE": "7"})
+
+
+def test_mpirun_without_master_says_how_to_pass_it():
+    env = {k: v for k, v in OMPI.items() if k != "MASTER_ADDR"}
+    with pytest.raises(ConfigError, match=r"mpirun -x MASTER_ADDR=ADDR"):
+        make(env)
 
 
 def test_kubernetes_pytorchjob_env_with_rank_zero():
@@ -102,7 +205,13 @@ def test_token_from_env_and_node_name_default():
 
 @pytest.mark.parametrize(
     ("nodelist", "first"),
-    [("gpu[03-05,9],cpu1", "gpu03"), ("node7", "node7"), ("a1,a2", "a1"), ("n[1,4]", "n1")],
+    [
+        ("gpu[03-05,9],cpu1", "gpu03"),
+        ("node7", "node7"),
+        ("a1,a2", "a1"),
+        ("n[1,4]", "n1"),
+        ("rack1-[2-4]-ib", "rack1-2-ib"),
+    ],
 )
 def test_first_slurm_host(nodelist, first):
     assert first_slurm_host(nodelist) == first
@@ -127,3 +236,52 @@ def test_the_token_never_reaches_the_reports_command_line():
 
     assert redact_token(["nccldoctor", "check", "--token", "s", "--token=t", "--nodes", "2"]) == [
         "nccldoctor", "check", "--token", "***", "--token=***", "--nodes", "2"]  # fmt: skip
+
+
+def docs_pod_specs() -> dict[str, dict]:
+    """The YAML blocks of docs/launch/kubernetes.md, by kind."""
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs/launch/kubernetes.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    return {b["kind"]: b for b in blocks}
+
+
+def container_env(pod: dict) -> dict[str, str]:
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+K8S = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+
+def test_pytorchjob_of_the_docs_each_pod():
+    spec = docs_pod_specs()["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]
+    workers = spec["Worker"]["replicas"]
+    world = spec["Master"]["replicas"] + workers
+    # The operator adds these to the pytorch container (the table on that page).
+    for rank in range(world):
+        env = {**K8S, **container_env(spec["Master" if rank == 0 else "Worker"]["template"]),
+               "MASTER_ADDR": "ddp-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": str(world),
+               "RANK": str(rank)}  # fmt: skip
+        c = make(env)
+        assert (c.launcher, c.master, c.port, c.nodes, c.node_rank) == (
+            "kubernetes", "ddp-master-0", 23456, 2, rank)  # fmt: skip
+
+
+def test_jobset_of_the_docs_each_pod():
+    job = docs_pod_specs()["JobSet"]["spec"]["replicatedJobs"][0]
+    pods = job["template"]["spec"]["parallelism"]
+    pod = job["template"]["spec"]["template"]
+    for index in range(pods):
+        # Kubernetes sets JOB_COMPLETION_INDEX in each pod of an Indexed Job.
+        c = make({**K8S, **container_env(pod), "JOB_COMPLETION_INDEX": str(index)})
+        assert (c.launcher, c.master, c.port, c.nodes, c.node_rank) == (
+            "kubernetes", f"ddp-{job['name']}-0-0.ddp", 29400, pods, index)  # fmt: skip
+
+
+def test_elastic_pytorchjob_pet_variables():
+    env = {**K8S, "PET_NNODES": "4", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": "ddp-master-0",
+           "PET_MASTER_PORT": "23456", "MASTER_PORT": "23456"}  # fmt: skip
+    c = make(env)
+    assert (c.launcher, c.master, c.nodes, c.node_rank) == ("kubernetes", "ddp-master-0", 4, 2)

@@ -32,6 +32,7 @@ def test_demo_in_namespaces_prints_the_verdict_and_cleans_up(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Check of 2 ranks on node0, node1, backend gloo." in proc.stdout  # the headline
     assert f"Report: {tmp_path}/node0/check-cluster.json (netns" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == f"Page: {tmp_path}/node0/check-cluster.html"
     tag = re.search(r"on bridge (ca[0-9a-f]{4})br", proc.stderr).group(1)
     assert "network namespaces removed" in proc.stderr
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -51,3 +52,6 @@ def test_demo_on_loopback(tmp_path):
     failed = {f.id for f in report.findings if f.severity.value == "fail"}
     assert failed <= {"master.loopback"} and result.exit_code == (1 if failed else 0)
     assert (tmp_path / "node1" / "check-node1.json").is_file()
+    # every node's check wrote its page beside its JSON: the master the cluster's, node1 its own
+    assert "check report" in (tmp_path / "node0" / "check-cluster.html").read_text()
+    assert "check report" in (tmp_path / "node1" / "check-node1.html").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from nccldoctor.report.units import format_bytes
 from tests.cluster.test_check_netns import (
     HEALTHY_DEADLINE,
     PORT,
@@ -58,7 +59,8 @@ def test_mtu_black_hole_stalls_large_collectives(lab):
     assert passed > 0 and stalled > 1500  # small ones went through, a big one never did
     assert all(r["state"] != "ok" for r in cluster["ranks"])
     assert stall["title"] == (
-        f"{sizes['phase']} stalled at {stalled} B ({passed} B passed): the MTU differs between "
+        f"{sizes['phase']} stalled at {format_bytes(stalled)} ({format_bytes(passed)} passed): "
+        "the MTU differs between "
         "nodes (9000 on node1, node2; 1500 on node0) and frames over 1500 B are dropped on the path"
     )
     assert stall["evidence"][0] == (

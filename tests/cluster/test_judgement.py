@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
 from nccldoctor.cluster.diagnosis.findings import rendezvous_findings
 from nccldoctor.cluster.diagnosis.verdict import categorize, hang_section, rank_findings

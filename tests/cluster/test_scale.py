@@ -57,7 +57,7 @@ def test_healthy_eight_nodes_sixteen_ranks(lab):
     assert_cluster_shape(cluster)
     assert {r["state"] for r in cluster["ranks"]} == {"ok"}
     assert {n["node"] for n in cluster["ranks"]} == {f"node{i}" for i in range(NODES)}
-    assert set(cluster["bandwidth"]["tcp_wire_gbps"]) == {f"node{i}" for i in range(1, NODES)}
+    assert set(cluster["bandwidth"]["tcp_wire_Gbitps"]) == {f"node{i}" for i in range(1, NODES)}
     assert cluster["bandwidth"]["rows"], "the bandwidth sweep left no table"
     assert cluster["mnist"]["params_identical"] is True
     assert "Check of 16 ranks on node" in runs[0].stdout  # the headline (nodes in join order)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
-from nccldoctor.cluster.agent.monitor import GRACE_S, monitor
+from nccldoctor.cluster.agent.watchdog import GRACE_S, watch_ranks
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
@@ -53,7 +53,7 @@ def start(tmp_path: Path, phase: str, beat: str, then: str = "hang") -> Launched
 def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path):
     launched = start(tmp_path, "barrier", "beat")
     t0 = time.monotonic()
-    watch = monitor([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
+    watch = watch_ranks([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
     elapsed = time.monotonic() - t0
     assert 1 + GRACE_S <= elapsed < 1 + GRACE_S + 6
     (r,) = watch.ranks
@@ -67,14 +67,14 @@ def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path
 
 def test_a_silent_rank_is_frozen(tmp_path):
     launched = start(tmp_path, "ddp", "silent")
-    watch = monitor([launched], "A", Timeouts(ddp=60, heartbeat=1.5), "gloo", poll_s=0.2)
+    watch = watch_ranks([launched], "A", Timeouts(ddp=60, heartbeat=1.5), "gloo", poll_s=0.2)
     assert watch.ranks[0].stuck.startswith("no heartbeat for")
     assert watch.elapsed_s < 10
 
 
 def test_a_rank_that_ends_is_not_stuck(tmp_path):
     launched = start(tmp_path, "destroy", "beat", then="exit")
-    watch = monitor([launched], "A", Timeouts(), "gloo", poll_s=0.2)
+    watch = watch_ranks([launched], "A", Timeouts(), "gloo", poll_s=0.2)
     (r,) = watch.ranks
     assert (r.stuck, r.exit_code, watch.stuck_reason) == (None, 0, None)
     ranks, phases, results = worker_sections(watch)
@@ -95,7 +95,7 @@ def test_a_nccl_log_deleted_mid_run_leaves_the_rank_stuck_not_the_agent_crashed(
     nccl_log = launched.rank_dir / "nccl.host.1.log"
     nccl_log.write_text("host:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>\n")
     threading.Timer(0.5, nccl_log.unlink).start()
-    watch = monitor([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
+    watch = watch_ranks([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
     ranks, _, _ = worker_sections(watch)
     assert ranks[0]["state"] == "stuck" and ranks[0]["last_nccl_lines"] == []
     assert nccl_section(ranks) == (None, [])

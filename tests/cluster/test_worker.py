@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.cluster.records import WORKER_PHASES
-from nccldoctor.cluster.worker.deadline import GRACE_S, HEARTBEAT_S
+from nccldoctor.cluster.worker.workerwatch import GRACE_S, HEARTBEAT_S
 from tests.cluster.idx import write_mnist
 from tests.cluster.launcher import REPO, Ranks, launch, spawn, start_store
 
@@ -58,8 +58,8 @@ def assert_healthy(ranks: Ranks, n: int) -> dict:
         assert row["wrong"] == 0 and row["time_combine"] == "max" and row["dtype"] == "float32"
         assert row["count"] * 4 == row["size_bytes"]
         seconds = row["time_us"] / 1e6
-        assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / 1e9 / seconds)
-        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (n - 1) / n)
+        assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / 1e9 / seconds)
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (n - 1) / n)
     mnist = first["mnist"]
     assert mnist["steps"] == 3 and mnist["loss_after"] < mnist["loss_before"]
     assert mnist["param_checksum"]["sha256"] == first["checksums"][0]["sha256"]
@@ -91,7 +91,7 @@ def test_healthy_two_ranks_with_real_gz_mnist(tmp_path, store):
     assert first["mnist"]["samples"] == 300
     largest = first["bandwidth"][-1]
     print(
-        f"\nloopback gloo n=2: {largest['size_bytes']} B busbw {largest['busbw_gbps']:.3f} GB/s"
+        f"\nloopback gloo n=2: {largest['size_bytes']} B busbw {largest['busbw_GBps']:.3f} GB/s"
         f" ({len(first['bandwidth'])} sizes), run {time.monotonic() - started:.1f} s"
     )
 
@@ -213,7 +213,7 @@ def test_descriptors_over_the_harness_on_three_ranks(tmp_path, store):
         for name, (rows, _) in out["corrupt"].items():
             assert rows[0]["wrong"] > 0, f"{name}: a corrupted contribution went unnoticed"
         for row in out["allgather_sweep"]:
-            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 / 3)
+            assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 / 3)
         sizes = [r["size_bytes"] for r in out["allgather_sweep"]]
         assert sizes and sizes == [12, 3072, 196608][: len(sizes)]  # a loaded CI may trim
         # The budget stopped the sweep before 64 MiB, at the same size on every rank.

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from nccldoctor.cluster.agent import launcher, monitor
+from nccldoctor.cluster.agent import launcher, watchdog
 from nccldoctor.cluster.timeouts import Timeouts
 from tests.cluster.launcher import REPO, start_store
 
@@ -75,7 +75,7 @@ def test_a_forked_worker_holds_none_of_the_agents_descriptors_and_stops_like_a_f
     with pytest.raises(subprocess.TimeoutExpired):
         item.proc.wait(0.2)
 
-    monitor.stop([item])  # SIGTERM to its session, as the agent does
+    watchdog.stop([item])  # SIGTERM to its session, as the agent does
     assert item.proc.poll() == 3
     result = json.loads((item.rank_dir / "result.json").read_text())
     assert result["error"] == "init: stopped by SIGTERM"

@@ -85,7 +85,7 @@ def hostile() -> Report:
         extra={
             "nccl": nccl,
             "phases": phases_section([evil_node, "node-b"], 1, stop={1: ("init", "fail")}),
-            "bandwidth": {**bandwidth_section(2, 5.0), "tcp_wire_gbps": {evil_node: 1.2}},
+            "bandwidth": {**bandwidth_section(2, 5.0), "tcp_wire_Gbitps": {evil_node: 1.2}},
             "cluster": cluster,
             "ranks": ranks,
             "hang": {

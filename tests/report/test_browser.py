@@ -34,6 +34,8 @@ PAGE_FACTS = """(() => {
     busbwPoints: document.querySelectorAll('#bandwidth-chart circle.busbw.point').length,
     algbwPoints: document.querySelectorAll('#bandwidth-chart circle.algbw.point').length,
     wireLine: document.querySelectorAll('#bandwidth-chart line.wire').length,
+    linkBudget: (document.querySelector('#link-budget') || {}).textContent || null,
+    linkRows: document.querySelectorAll('#links tr').length,
     timelineBars: document.querySelectorAll('#timeline-chart rect').length,
     hangLine: document.querySelectorAll('#timeline-chart line.hangline').length,
     copyButtons: document.querySelectorAll('button.copy').length,
@@ -78,6 +80,9 @@ def test_report_in_chromium(browser: Chromium, name: str, verdict: str, points: 
     assert facts["answerVisible"] and facts["answer"].startswith("AllReduce over")
     assert facts["busbwPoints"] == facts["algbwPoints"] == points
     assert facts["wireLine"] == (1 if points else 0)
+    if points:  # judged against the link, every rate with its unit
+        assert " Gbit/s" in facts["linkBudget"] and facts["linkRows"] == 5
+        assert "busbw" in facts["text"] and " GB/s" in facts["text"] and " MiB" in facts["text"]
     assert facts["timelineBars"] == len(document["phases"])
     assert facts["hangLine"] == (1 if name == "hang-check" else 0)
     assert facts["copyButtons"] == facts["fixBlocks"] > 0  # the script ran

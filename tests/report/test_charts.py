@@ -11,7 +11,7 @@ from tests.report.conftest import fixture_document
 
 
 def _row(size: int, busbw: float | None, algbw: float | None = None) -> dict:
-    return {"size_bytes": size, "busbw_gbps": busbw, "algbw_gbps": algbw}
+    return {"size_bytes": size, "busbw_GBps": busbw, "algbw_GBps": algbw}
 
 
 def test_points_on_log2_x_and_linear_y() -> None:
@@ -35,13 +35,27 @@ def test_points_on_log2_x_and_linear_y() -> None:
     assert busbw.points[2].label == "busbw 8.00 GB/s at 4 KiB"
 
 
-def test_wire_line_is_the_slowest_node_and_raises_the_top() -> None:
-    chart = bandwidth_chart([_row(8, 1.0), _row(64, 3.0)], {"a": 30.0, "b": 12.5, "c": None})
-    assert chart.wire.label == "TCP wire 12.50 GB/s (b)"
+def test_wire_line_is_the_slowest_node_in_gigabytes_and_raises_the_top() -> None:
+    """The probe measures Gbit/s; the axis is busbw's GB/s: 100 Gbit/s is drawn at 12.5 GB/s."""
+    chart = bandwidth_chart([_row(8, 1.0), _row(64, 3.0)], {"a": 240.0, "b": 100.0, "c": None})
+    assert chart.wire.label == "TCP wire 100 Gbit/s = 12.50 GB/s (b)"
     assert [t.label for t in chart.y_ticks][-1] == "20"  # 12.5 -> nice 20
     assert chart.wire.y == pytest.approx(
         chart.plot.bottom - 12.5 / 20 * (chart.plot.bottom - chart.plot.top)
     )
+
+
+def test_busbw_at_the_wire_rate_meets_the_wire_line() -> None:
+    """A sweep that fills a 15.06 Gbit/s wire (1.8825 GB/s busbw) ends on the wire line, not
+    8x below it as when the probe's Gbit/s was drawn as GB/s."""
+    wire_gbitps = 15.06
+    chart = bandwidth_chart(
+        [_row(2**20, 0.9, 0.9), _row(2**26, wire_gbitps / 8, wire_gbitps / 8)],
+        {"node-b": wire_gbitps},
+    )
+    busbw = next(s for s in chart.series if s.name == "busbw")
+    assert busbw.points[-1].y == pytest.approx(chart.wire.y)
+    assert busbw.points[0].y > chart.wire.y + 10  # a slower point sits visibly below it
 
 
 def test_single_size_is_centred_and_bad_rows_are_skipped() -> None:

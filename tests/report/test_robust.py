@@ -30,13 +30,13 @@ json_values = st.recursive(
 # Values shaped like the sections, with wrong types inside (the likelier kind of bad input).
 section_like = st.dictionaries(
     st.sampled_from(["rows", "stuck", "nodes", "connections", "rings", "trees", "communicators",
-                     "ranks", "size_bytes", "busbw_gbps", "started", "rank", "title", "severity",
+                     "ranks", "size_bytes", "busbw_GBps", "started", "rank", "title", "severity",
                      "evidence", "links", "env", "variables", "gpu", "software", "devices", "columns",
                      "cells", "flags", "banner", "answer"]),
     json_values, max_size=5,
 ) | st.lists(st.dictionaries(st.sampled_from(["rank", "node", "phase", "status", "started", "ended",
                                                "last_nccl_lines", "title", "severity", "evidence",
-                                               "size_bytes", "busbw_gbps", "algbw_gbps"]),
+                                               "size_bytes", "busbw_GBps", "algbw_GBps"]),
                              json_values, max_size=6), max_size=4)  # fmt: skip
 
 BASE = {name: fixture_document(name) for name in ("healthy-check", "hang-check", "explain-ncclog")}

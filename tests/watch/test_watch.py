@@ -47,6 +47,10 @@ def test_healthy_job_passes_through(tmp_path):
     assert report["watch"]["exit_code"] == 0 and not report["watch"]["hung"]
     assert report["findings"] == []
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
+    # the page beside the JSON, its path the last line (stderr: stdout is the job's)
+    page = tmp_path / "watch" / "report.html"
+    assert proc.stderr.splitlines()[-1] == f"Page: {page}"
+    assert "nccldoctor watch report" in page.read_text()
 
 
 def test_stalled_rank_is_named_with_its_step(tmp_path):
@@ -65,6 +69,12 @@ def test_stalled_rank_is_named_with_its_step(tmp_path):
     ahead = next(r for r in report["ranks"] if r["rank"] == 0)
     assert behind["last_collective_seq"] < ahead["last_collective_seq"]  # Flight Recorder
     assert report["hang"]["stuck"]
+    # the ranks' dumps matched across them name the collective rank 1 never joined
+    fr = next(f for f in report["findings"] if f["id"] == "flightrec.ranks-missing")
+    assert fr["rank"] == 1
+    assert f"never joined collective #{ahead['last_collective_seq']} (" in fr["title"]
+    [group] = report["flight_recorder"]["groups"]
+    assert group["divergences"][0]["missing"] == [1]
 
 
 def test_raising_rank_is_the_cause_and_exit_code_passes_through(tmp_path):

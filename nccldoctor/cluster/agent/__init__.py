@@ -1,2 +1,3 @@
-"""The node agent (node.py) and what it runs per phase: reach, the master's listener,
-rendezvous, the TCP probe, the worker launcher and monitor, gather."""
+"""The node agent (node.py runs the phase table), its phases (phases/, one module each) and what
+they use: reach, the gate (the master's listener), rendezvous, the TCP probe, the worker launcher,
+the watchdog (the agent's monitor of its workers), gather."""

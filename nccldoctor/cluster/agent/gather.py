@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent import rendezvous
-from nccldoctor.cluster.agent.listener import MasterListener
+from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
@@ -36,6 +36,31 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
     doc = with_summaries(doc)
     with contextlib.suppress(Exception):
         store.set(keys.result(node_rank), json.dumps(doc))
+
+
+def announce_verdict(store: Any, keys: rendezvous.Keys, exit_code: int) -> None:
+    """The master, after writing the cluster report: its exit code, for every node to exit with
+    (best effort: a node that does not hear it exits with its own)."""
+    with contextlib.suppress(Exception):
+        store.set(keys.verdict, str(exit_code))
+
+
+def await_verdict(store: Any, keys: rendezvous.Keys, timeout_s: float) -> int | None:
+    """A node, after handing its report over: the master's verdict, waiting up to ``timeout_s``
+    (the master's own exit barrier and merge); None when it never came or the master is gone.
+
+    So every process of a launcher's job exits with the cluster's verdict, after the master
+    wrote its report: srun passes on the highest exit code of its tasks, and mpirun kills the
+    job's other processes as soon as one exits non-zero (docs/launch/mpirun.md)."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not store.check([keys.verdict]):
+            if time.monotonic() >= deadline:
+                return None
+            rendezvous.wait_a_little(store, [keys.verdict])
+        return int(store.get(keys.verdict))
+    except Exception:  # the master's store went away (DistNetworkError, RuntimeError), or junk
+        return None
 
 
 def master_lost(run: NodeRun, config: CheckConfig, store: Any = None) -> bool:
@@ -82,7 +107,7 @@ def cluster_report(
     store: Any,
     keys: rendezvous.Keys | None,
     exit_barrier_s: float,
-    gate: MasterListener | None,
+    gate: Gate | None,
     entries: Sequence[rendezvous.NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],

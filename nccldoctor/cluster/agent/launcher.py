@@ -32,7 +32,7 @@ from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
-from nccldoctor.cluster.worker.deadline import STOP_SIGNALS
+from nccldoctor.cluster.worker.workerwatch import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
 
 

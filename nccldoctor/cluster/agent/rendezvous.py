@@ -88,6 +88,11 @@ class Keys:
     def result(self, node_rank: int) -> str:
         return f"{self.prefix}/result/{node_rank}"
 
+    @property
+    def verdict(self) -> str:
+        """The cluster report's exit code, set by the master once that report is written."""
+        return f"{self.prefix}/verdict"
+
 
 def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:
     """Take a slot (the master's is 0) and write this node's entry; the slot."""
@@ -112,7 +117,7 @@ def gather_entries(
             break
         if time.monotonic() >= deadline:
             break
-        _wait_a_little(store, [keys.node(joined + 1)])  # the next node's entry wakes us
+        wait_a_little(store, [keys.node(joined + 1)])  # the next node's entry wakes us
     entries = []
     late = time.monotonic() + 2  # one grace for every slot taken but not yet written, not one each
     for slot in range(0, joined + 1):
@@ -207,7 +212,7 @@ def gather_results(
                 pending.discard(rank)
         if not pending or time.monotonic() >= deadline:
             break
-        _wait_a_little(store, [keys.result(rank) for rank in pending])
+        wait_a_little(store, [keys.result(rank) for rank in pending])
     last_phase = {}
     for rank in pending:
         last_phase[rank] = (
@@ -216,7 +221,7 @@ def gather_results(
     return results, last_phase
 
 
-def _wait_a_little(store: Any, keys: list[str], seconds: float = 0.2) -> None:
+def wait_a_little(store: Any, keys: list[str], seconds: float = 0.2) -> None:
     """Until every key in ``keys`` is set, or ``seconds``: a loop around this wakes the moment the
     keys come, and still gets back to Python (a Ctrl-C, its deadline) every ``seconds``."""
     end = time.monotonic() + seconds

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from nccldoctor.cluster.agent import listener
+from nccldoctor.cluster.agent import gate as gates
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.facts.run import MasterSearch
 
@@ -23,18 +23,16 @@ CONFLICT_WAIT_S = 2.0
 
 def search(
     config: CheckConfig, address: str, run_id: str, deadline: float
-) -> tuple[listener.MasterListener | None, MasterSearch]:
+) -> tuple[gates.Gate | None, MasterSearch]:
     """Open this node's listener and ask ``address``: the listener to keep when this node is
     the master (None otherwise), and what was seen."""
     found = MasterSearch(f"{address}:{config.gate_port}", config.node_rank)
     t0 = time.monotonic()
     try:
-        gate: listener.MasterListener | None = listener.MasterListener(
-            config.gate_port, config.token, run_id
-        )
+        gate: gates.Gate | None = gates.Gate(config.gate_port, config.token, run_id)
     except OSError as exc:  # someone else's listener holds the port here: not ours to be
         gate, found.own_gate_error = None, str(exc)
-    nonce, found.error = listener.whose_gate(
+    nonce, found.error = gates.whose_gate(
         address, config.gate_port, config.node_name, config.token, deadline
     )
     found.answered = nonce is not None
@@ -46,11 +44,11 @@ def search(
     return gate, found
 
 
-def check_alone(config: CheckConfig, address: str, gate: listener.MasterListener) -> MasterSearch:
+def check_alone(config: CheckConfig, address: str, gate: gates.Gate) -> MasterSearch:
     """A master by ``--node-rank 0``: does ``address`` lead to its own listener (or nowhere)?"""
     found = MasterSearch(f"{address}:{config.gate_port}", config.node_rank)
     t0 = time.monotonic()
-    nonce, found.error = listener.whose_gate(
+    nonce, found.error = gates.whose_gate(
         address, config.gate_port, config.node_name, config.token,
         time.monotonic() + CONFLICT_WAIT_S,
     )  # fmt: skip

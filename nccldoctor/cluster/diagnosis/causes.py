@@ -20,6 +20,7 @@ from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
 from nccldoctor.model import Finding, Severity
+from nccldoctor.report.units import format_bytes
 
 IP_TCP_HEADERS = 40  # an IPv4 + TCP header without options: MTU 1500 carries 1460 bytes
 
@@ -165,11 +166,11 @@ def mtu_stall(
         f"{m} on {', '.join(sorted(n for n, v in mtus.items() if v == m))}"
         for m in sorted(set(mtus.values()), reverse=True)
     )
-    passed_text = f"{passed} B passed" if passed else "nothing larger passed"
+    passed_text = f"{format_bytes(passed)} passed" if passed else "nothing larger passed"
     evidence = [
         "MTU of the interface towards the master: "
         + ", ".join(f"{n} {links[n].name} {m}" for n, m in sorted(mtus.items())),
-        f"{phase}: every rank got through {passed or 0} B; ranks "
+        f"{phase}: every rank got through {passed or 0} B; ranks "  # exact: the MTU is in bytes
         f"{', '.join(str(r['rank']) for r in stalled)} stopped with {size} B in flight",
         f"frames over {low} B: sent by {', '.join(jumbo)} (MTU {high}), dropped by a hop at {low}",
     ]
@@ -183,7 +184,7 @@ def mtu_stall(
         "run.mtu-stall",
         "interface_selection",
         Severity.FAIL,
-        f"{phase} stalled at {size} B ({passed_text}): the MTU differs between nodes "
+        f"{phase} stalled at {format_bytes(size)} ({passed_text}): the MTU differs between nodes "
         f"({groups}) and frames over {low} B are dropped on the path",
         evidence,
         f"Use one MTU end to end. Lower the jumbo nodes:\n"

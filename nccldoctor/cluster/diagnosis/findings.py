@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from nccldoctor.cluster.agent.listener import Hello
+from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, given_name
 from nccldoctor.model import Finding, Severity
 

@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks import all_checks, run_cluster_checks
-from nccldoctor.cluster.agent.listener import Hello
+from checks import all_checks, run_checks, run_cluster_checks
+from checks.linkrates import link_budget
+from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import rendezvous_findings, skew_findings
@@ -113,7 +114,7 @@ def merge_reports(
         for entry in _dicts(report.extra.get("ranks")):
             by_rank.setdefault(entry.get("rank"), entry)
         for host, gbps in (
-            (report.extra.get("bandwidth") or {}).get("tcp_wire_gbps") or {}
+            (report.extra.get("bandwidth") or {}).get("tcp_wire_Gbitps") or {}
         ).items():
             wire.setdefault(host, gbps)
         run = report.extra.get("run") if isinstance(report.extra.get("run"), dict) else {}
@@ -170,6 +171,12 @@ def merge_reports(
         *(_lost_finding(names.get(r, str(r)), r, phase) for r, phase in lost),
         *(_gathered_findings(gathered) if gathered else []),
     ]
+    if isinstance(first.extra.get("bandwidth"), dict):  # against every node's links now
+        bandwidth_rules = {c.id for c in all_checks("bandwidth")}
+        findings = {k: f for k, f in findings.items() if f.id not in bandwidth_rules}
+        sweep = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
+        network = (first.extra.get("nccl") or {}).get("network")
+        judged += run_checks("bandwidth", link_budget(facts, sweep, network))
     if len(facts) > 1:  # the cross-node checks are judged anew over every node's Facts
         cross_node = {c.id for c in all_checks("cluster")}
         findings = {k: f for k, f in findings.items() if f.id not in cross_node}
@@ -200,7 +207,7 @@ def merge_reports(
         run={**(first.extra.get("run") or {}), "nodes_reported": len(reports)},
     )
     if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
-        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_gbps": wire}
+        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
     marker = [] if gathered else [merged_finding(sources, missing)]
     return Report(
         kind=first.kind,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks import run_checks, run_node_checks
+from checks.linkrates import link_budget
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
@@ -90,6 +91,8 @@ def build_node_report(
     findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
+    flight_recorder, fr_findings = flight_recorder_section(run.ranks)
+    findings += fr_findings
     run.observed.network = run.facts.network if run.facts else None
     run.observed.aborted = run.aborted
     findings += run_checks("run", run.observed, node=run.node)
@@ -107,7 +110,11 @@ def build_node_report(
         run.worker_results, world.backend if world else "", world.world_size if world else 0
     )
     if run.tcp_gbps is not None:
-        bandwidth["tcp_wire_gbps"][run.node] = round(run.tcp_gbps, 3)
+        bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp_gbps, 3)
+    network = (nccl or {}).get("network")
+    findings += run_checks(
+        "bandwidth", link_budget([run.facts] if run.facts else [], bandwidth, network)
+    )
     return Report(
         kind="check",
         nodes=[run.facts] if run.facts else [],
@@ -124,6 +131,7 @@ def build_node_report(
             ),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,
+            "flight_recorder": flight_recorder,
             "cluster": merge.cluster_section(config.master, world, {}),
             "timeouts": config.timeouts.to_dict(),
             "run": {
@@ -156,6 +164,19 @@ def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
         return None, []
     summary, findings = explain(sources, jobs=1)
     return summary, findings
+
+
+def flight_recorder_section(
+    ranks: list[dict[str, Any]],
+) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The Flight Recorder dumps the monitor collected from stuck ranks, matched across them."""
+    from pathlib import Path
+
+    from nccldoctor.explain import explain_dumps
+
+    return explain_dumps(
+        [(Path(r["flight_recorder"]), r["rank"]) for r in ranks if r.get("flight_recorder")]
+    )
 
 
 def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:

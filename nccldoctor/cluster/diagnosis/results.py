@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent.monitor import RankWatch, WatchResult
+from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
 
 # How a worker's own phase watch ends its error when a phase outlived its deadline (worker.py):
 # the rank was blocked, not told "timeout" by the backend, so it is the stuck one.
@@ -102,7 +102,7 @@ def bandwidth_section(results: dict[int, dict], backend: str, nranks: int) -> di
         "nranks": nranks,
         "combine": "max",
         "rows": rows,
-        "tcp_wire_gbps": {},
+        "tcp_wire_Gbitps": {},
     }
 
 

@@ -36,14 +36,14 @@ from nccldoctor.cluster.worker.collectives import (
     sweep_bandwidth,
 )
 from nccldoctor.cluster.worker.config import WorkerConfig
-from nccldoctor.cluster.worker.deadline import (
+from nccldoctor.cluster.worker.faults import FaultPlan
+from nccldoctor.cluster.worker.workerwatch import (
     EventLog,
     PhaseWatch,
     StackDump,
     block_stop_signals,
     write_json_atomic,
 )
-from nccldoctor.cluster.worker.faults import FaultPlan
 
 EXIT_OK, EXIT_WRONG, EXIT_ERROR = 0, 1, 3
 # Odd counts too, so a backend that chunks by rank or by 4 gets its edges tested.

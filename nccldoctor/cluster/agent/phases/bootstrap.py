@@ -1,0 +1,33 @@
+"""Bootstrap: NCCL's own interface choice (libnccl's ncclGetUniqueId, no GPU needed; started
+right after preflight, in the background), compared with the kernel's route to the master and
+the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.diagnosis.node_report import bootstrap_interface, record_nccl_pick
+
+
+def run(state: AgentState, row: dict[str, Any]) -> None:
+    run = state.run
+    if state.bootstrap_probe is None:
+        row["status"], row["detail"] = "skipped", "no loadable libnccl"
+        return
+    library, future = state.bootstrap_probe
+    probe = future.result(timeout=state.config.timeouts.bootstrap + 5)
+    used = bootstrap_interface(probe.output_lines)
+    run.bootstrap = {
+        "library": library,
+        "rc": probe.rc,
+        "error": probe.error,
+        "interface": used,
+        "lines": probe.output_lines[-20:],
+    }
+    row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
+    if used and run.facts:  # the node checks judge libnccl's answer, not a prediction
+        forced = run.facts.env.socket_ifname
+        run.facts.network = record_nccl_pick(
+            run.facts.network, used, forced is not None and not forced.ignored
+        )

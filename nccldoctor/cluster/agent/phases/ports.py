@@ -1,0 +1,23 @@
+"""Ports: connections to ephemeral ports both ways, before gloo/NCCL need them (F02)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nccldoctor.cluster.agent import gate
+from nccldoctor.cluster.agent.state import AgentState
+
+
+def run(state: AgentState, row: dict[str, Any]) -> None:
+    c, run = state.config, state.run
+    probe_port = (run.hello or {}).get("probe_port")
+    if run.is_master or not probe_port:
+        row["status"], row["detail"] = "skipped", "the master listens"
+        return
+    probe = gate.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
+                             run.node, c.token, c.timeouts.port_probe)  # fmt: skip
+    run.observed.port_probe = probe
+    if probe.blocked:
+        row["status"], row["detail"] = "fail", f"{probe.to_master} or back: dropped"
+    else:
+        row["detail"] = f"{probe.to_master} and back: ok"

@@ -1,0 +1,61 @@
+"""Rendezvous: every node publishes its entry on the master's store; the master plans the world
+(node ranks, rank offsets, who is missing) and every node reads it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nccldoctor.cluster.agent import rendezvous
+from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
+from nccldoctor.facts import to_dict
+
+
+def run(state: AgentState, row: dict[str, Any]) -> None:
+    c, t, run = state.config, state.config.timeouts, state.run
+    state.keys = rendezvous.Keys(run.run_id)
+    deadline = time.monotonic() + t.rendezvous
+    entry = rendezvous.NodeEntry(
+        slot=0 if run.is_master else -1,
+        name=run.node,
+        advertised=(run.hello or {}).get("advertised") or c.master,
+        seen=(run.hello or {}).get("seen") or c.master,
+        procs=_procs(state),
+        cuda=run.cuda,
+        requested_rank=0 if run.is_master else c.node_rank,
+        skew_s=(run.hello or {}).get("skew_s", 0.0),
+        facts=to_dict(run.facts),
+    )
+    if not run.is_master:
+        state.store = rendezvous.connect_store(
+            c.master, c.port, max(1.0, deadline - time.monotonic())
+        )
+    slot = rendezvous.publish_entry(state.store, state.keys, entry)
+    if run.is_master:
+        entries = rendezvous.gather_entries(state.store, state.keys, c.nodes, deadline, t.settle)
+        world = rendezvous.plan_world(run.run_id, c.backend, entries, c.nodes)
+        state.store.set(state.keys.world, world.to_json())
+        state.entries = entries
+    else:
+        world = rendezvous.wait_world(state.store, state.keys, t.rendezvous + t.settle + 5)
+    run.world = world
+    me = world.node(slot)
+    run.node_rank = me.node_rank if me else None
+    if me and me.name != run.node:  # another node has this one's name
+        run.rename(me.name)
+    row["detail"] = f"{len(world.nodes)} node(s), world size {world.world_size}"
+    if world.abort:
+        raise PhaseFailed(f"rendezvous: {world.abort}")
+    if me is None:
+        run.observed.late_for = [n.name for n in world.nodes]
+        raise PhaseFailed("rendezvous: arrived too late")
+
+
+def _procs(state: AgentState) -> int:
+    if state.config.procs_per_node:
+        return state.config.procs_per_node
+    gpu = state.run.facts.gpu if state.run.facts else None
+    if gpu is None:
+        return 1
+    visible = gpu.visible_nvml_indices if gpu.visible_nvml_indices is not None else gpu.devices
+    return max(1, len(visible))

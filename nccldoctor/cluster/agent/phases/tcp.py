@@ -1,0 +1,27 @@
+"""TCP: the raw wire's throughput from this node to the master's gate (tcpprobe)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nccldoctor.cluster.agent import gate
+from nccldoctor.cluster.agent.state import AgentState
+
+
+def run(state: AgentState, row: dict[str, Any]) -> None:
+    c, run = state.config, state.run
+    if run.is_master:
+        row["status"], row["detail"] = "skipped", "the master receives"
+        return
+    # The nodes take turns at the master (they share its link); the turns together
+    # stay within tcp_total, so that the first workers do not wait in init for the last.
+    probers = len(run.world.nodes) - 1 if run.world else 1
+    seconds = c.timeouts.tcp_turn(probers)
+    deadline = time.monotonic() + probers * (seconds + 6)
+    address = run.observed.reach.addresses[0]
+    gbps, error = gate.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
+    run.tcp_gbps = gbps
+    row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error
+    if gbps is None:
+        row["status"] = "fail"

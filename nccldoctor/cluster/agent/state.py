@@ -1,0 +1,47 @@
+"""What the node agent's phases share: the run being recorded and the handles one phase leaves
+for the next (the store, the gate, the launched workers, the background imports)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.cluster.agent import launcher, rendezvous
+from nccldoctor.cluster.agent.gate import Gate
+from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.diagnosis.node_report import NodeRun
+
+Progress = Callable[[str], None]
+
+
+class PhaseFailed(Exception):
+    """A phase ended the run; its findings say why."""
+
+
+@dataclass
+class AgentState:
+    config: CheckConfig
+    env: dict[str, str]
+    command: list[str]
+    progress: Progress
+    run: NodeRun
+    background: concurrent.futures.ThreadPoolExecutor
+    torch: concurrent.futures.Future | None = None  # the background import of torch
+    torch_loaded: threading.Event = field(default_factory=threading.Event)
+    store: Any = None
+    keys: rendezvous.Keys | None = None
+    gate: Gate | None = None
+    launched: list[launcher.Launched] = field(default_factory=list)
+    entries: list[rendezvous.NodeEntry] = field(default_factory=list)
+    bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
+    started: float = field(default_factory=time.monotonic)
+    verdict: int | None = None  # the cluster report's exit code, once known here
+
+    @property
+    def node_dir(self) -> Path:
+        return self.config.out / self.run.node

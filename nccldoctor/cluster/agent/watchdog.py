@@ -1,0 +1,205 @@
+"""Watch this node's workers: heartbeats, phase deadlines, and the evidence of a hang.
+
+``watch_ranks`` polls every rank's ``events.jsonl`` and process. A live rank that overstays its
+phase's budget (plus a short grace, so the worker's own timeout fires first), falls silent for
+``heartbeat`` seconds, or never starts, is stuck: the watchdog saves what shows where it stopped
+(its phase, its last NCCL lines, Python stacks from ``nccldoctor.forensics``: py-spy with
+locals when installed, faulthandler otherwise, the Flight Recorder dump on NCCL) before it ends the workers (SIGTERM, then SIGKILL).
+The loop survives its own errors: a bad line or a vanished file is skipped, never fatal.
+
+Rank states: ``starting`` (no event yet) → ``running`` (a phase started) → ``exited`` (the
+process ended, ``exit_code`` set) or ``stuck`` (the watchdog stopped it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nccldoctor.cluster.agent.launcher import Launched
+from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
+from nccldoctor.forensics.stop import stop_groups
+
+# Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
+# phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
+GRACE_S = 4.0
+
+
+def phase_budget(phase: str, timeouts: Timeouts) -> float:
+    """How long a worker may stay in ``phase`` (contract phases; unknown ones get the longest)."""
+    budgets = {
+        "init": timeouts.init,
+        "barrier": timeouts.barrier,
+        "allreduce_correctness": timeouts.collective,
+        "bandwidth": timeouts.bandwidth_budget + timeouts.collective,
+        "ddp": timeouts.ddp,
+        "checksum": timeouts.collective,
+        "destroy": timeouts.destroy,
+    }
+    return budgets.get(phase, max(budgets.values()))
+
+
+@dataclass
+class RankWatch:
+    """What the agent knows of one local rank."""
+
+    launched: Launched
+    node: str
+    events: list[dict] = field(default_factory=list)
+    phase: str | None = None  # the last phase that started
+    phase_status: str = "starting"  # start | ok | fail (of ``phase``; heartbeats only count)
+    phase_started: float = 0.0  # monotonic, when the agent read the phase's start
+    last_seen: float = 0.0  # monotonic, the last event of any kind
+    exit_code: int | None = None
+    stuck: str | None = None  # why the watchdog stopped it
+    stacks: str | None = None
+    flight_recorder: str | None = None
+    last_nccl_lines: list[str] = field(default_factory=list)
+    _offset: int = 0
+
+    @property
+    def rank(self) -> int:
+        return self.launched.rank
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_code is None
+
+    def read_events(self, now: float) -> None:
+        path = self.launched.rank_dir / "events.jsonl"
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]  # a half-written line waits for the next poll
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            self.last_seen = now
+            status = event.get("status")
+            if status == "heartbeat":
+                continue
+            self.events.append(event)
+            if status == "start" and event.get("phase") != self.phase:
+                self.phase, self.phase_started = event.get("phase"), now
+            if event.get("phase") == self.phase:
+                self.phase_status = str(status)
+
+
+@dataclass
+class WatchResult:
+    ranks: list[RankWatch]
+    stuck_reason: str | None  # set when the watchdog had to stop workers
+    elapsed_s: float
+
+
+def watch_ranks(
+    launched: list[Launched],
+    node: str,
+    timeouts: Timeouts,
+    backend: str,
+    poll_s: float = 0.5,
+    on_change: Callable[[str], None] | None = None,
+) -> WatchResult:
+    """Watch until every worker exits or one is stuck; then collect evidence and stop them."""
+    start = time.monotonic()
+    ranks = [RankWatch(item, node, last_seen=start) for item in launched]
+    total_deadline = start + timeouts.workers_total() + timeouts.heartbeat
+    reason = None
+    while True:
+        now = time.monotonic()
+        for r in ranks:
+            if r.alive:
+                r.read_events(now)
+                r.exit_code = r.launched.proc.poll()
+                if r.exit_code is not None:
+                    r.read_events(now)
+        if not any(r.alive for r in ranks):
+            break
+        reason = _stuck_reason(ranks, now, start, timeouts, total_deadline)
+        if reason:
+            if on_change:
+                on_change(reason)
+            collect_evidence([r for r in ranks if r.alive], backend)
+            stop([r.launched for r in ranks])
+            for r in ranks:
+                if r.alive:
+                    r.stuck = r.stuck or "stopped by the watchdog"
+                    r.exit_code = r.launched.proc.poll()
+            break
+        _wait_any(ranks, poll_s)
+    for r in ranks:
+        r.last_nccl_lines = r.last_nccl_lines or last_nccl_lines(
+            r.launched.rank_dir.glob("nccl.*.log")
+        )
+    return WatchResult(ranks, reason, time.monotonic() - start)
+
+
+def _wait_any(ranks: list[RankWatch], poll_s: float) -> None:
+    """Sleep ``poll_s``, or less: a live rank's exit wakes the loop (the last one's exit is
+    what the whole node waits for)."""
+    alive = next(r for r in ranks if r.alive)
+    try:
+        alive.launched.proc.wait(timeout=poll_s)
+    except subprocess.TimeoutExpired:
+        return
+
+
+def observe(launched: list[Launched], node: str, reason: str) -> WatchResult:
+    """What the rank folders say now, for workers the agent stopped outside ``watch_ranks`` (the
+    agent itself was interrupted): events read, exit codes taken, each rank marked ``reason``."""
+    now = time.monotonic()
+    ranks = [RankWatch(item, node, last_seen=now) for item in launched]
+    for r in ranks:
+        r.read_events(now)
+        r.exit_code = r.launched.proc.poll()
+        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir.glob("nccl.*.log"))
+    return WatchResult(ranks, reason, 0.0)
+
+
+def _stuck_reason(
+    ranks: list[RankWatch], now: float, start: float, timeouts: Timeouts, total_deadline: float
+) -> str | None:
+    for r in ranks:
+        if not r.alive:
+            continue
+        if r.phase is None and now - start > timeouts.startup:
+            r.stuck = f"no event within {timeouts.startup:.0f} s of its start"
+        elif r.phase_status == "start" and r.phase is not None:
+            budget = phase_budget(r.phase, timeouts)
+            if now - r.phase_started > budget + GRACE_S:
+                r.stuck = f"still in {r.phase} after {now - r.phase_started:.1f} s (budget {budget:.0f} s)"
+        if r.stuck is None and r.phase is not None and now - r.last_seen > timeouts.heartbeat:
+            r.stuck = f"no heartbeat for {now - r.last_seen:.1f} s (in {r.phase})"
+        if r.stuck is None and now > total_deadline:
+            r.stuck = "the workers' overall deadline passed"
+    stuck = [r for r in ranks if r.stuck]
+    if not stuck:
+        return None
+    return "; ".join(f"rank {r.rank}: {r.stuck}" for r in stuck)
+
+
+def collect_evidence(ranks: list[RankWatch], backend: str) -> None:
+    """Stacks, last NCCL lines and Flight Recorder dumps of live ranks, before anything is killed."""
+    for r in ranks:
+        r.stacks, _ = python_stacks(r.launched.proc.pid, r.launched.rank_dir / "stacks.txt")
+        if backend == "nccl":
+            dumps = sorted(r.launched.rank_dir.glob("fr_trace_rank_*"))
+            r.flight_recorder = str(dumps[-1]) if dumps else None
+        r.last_nccl_lines = last_nccl_lines(r.launched.rank_dir.glob("nccl.*.log"))
+
+
+def stop(launched: list[Launched], term_wait_s: float = 2.0) -> None:
+    """SIGTERM every live worker's session, then SIGKILL what is left after ``term_wait_s``."""
+    stop_groups([item.proc for item in launched], term_wait_s)

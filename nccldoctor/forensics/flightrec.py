@@ -1,0 +1,635 @@
+"""PyTorch Flight Recorder dumps: read them safely and match them across ranks as torchfrtrace does.
+
+A dump (``_dump_fr_trace()``, the ``TORCH_FR_DUMP_TEMP_FILE`` files, or the JSON form of
+``_dump_fr_trace_json()``) is untrusted input from a ticket: pickles are read by an unpickler
+that builds only builtin containers and scalars, and refuses any global (what a ``__reduce__``
+that runs code needs). Dumps are gated on their keys, never on their version string.
+
+The analysis mirrors torchfrtrace (``torch/distributed/flight_recorder/components/builder.py``
+and ``utils.py``): entries are grouped by process group (its name plus its rank set), buffers
+that wrapped are aligned, collectives are matched by ``collective_seq_id`` and point-to-point
+ops by their order on each (sender, receiver) pair with their ``p2p_seq_id``; what it finds is
+described in docs/flight-recorder.md. Memory: dumps are folded in one at a time; per process
+group only one row per sequence number remains (the op signatures seen there, and which ranks
+showed each as a bit mask), never every rank's entries at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import pickle
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nccldoctor.forensics.stacks import Frame, user_frame
+
+# torchfrtrace's file name rule (loader.py): the rank is the number the name ends with.
+_RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
+_PICKLE_MAGIC = tuple(bytes([0x80, proto]) for proto in range(2, 6))
+# Ops whose input or output sizes legitimately differ across ranks (types.py Op.match).
+_INPUT_SIZES_VARY = ("all_to_all", "scatter")
+_OUTPUT_SIZES_VARY = ("all_to_all", "gather")
+# The divergences kept per process group; later ones are counted (torchfrtrace's mismatch_cap).
+MISMATCH_CAP = 10
+# Frames of the culprit's last op shown as its Python stack.
+STACK_FRAMES = 8
+# At most this much of one file is read: a dump of 2000 entries with frames is a few MB.
+MAX_DUMP_BYTES = 512 * 1024 * 1024
+# Ranks are bits of a mask: a file name claiming rank 10**9 must not cost 125 MB.
+MAX_RANK = 1 << 20
+
+
+class DumpRefused(Exception):
+    """The dump asked for a Python global: building it would run code."""
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Flight Recorder dumps hold only builtin containers and scalars; refuse anything else."""
+
+    def find_class(self, module: str, name: str):
+        raise DumpRefused(f"{module}.{name}")
+
+
+@dataclass
+class Loaded:
+    """One file as read: the dump's document, or why not (``refused``: it would run code)."""
+
+    document: dict[str, Any] | None
+    error: str | None = None
+    refused: bool = False
+
+
+def looks_like_dump(head: bytes) -> bool:
+    """Whether the first bytes of a file are a Flight Recorder dump (pickle, or its JSON form)."""
+    if head.startswith(_PICKLE_MAGIC):
+        return True
+    text = head.lstrip()
+    return text.startswith(b"{") and b'"entries"' in text and b'"profiling_name"' in text
+
+
+def load_dump(data: bytes) -> Loaded:
+    """A dump's document from its bytes; never raises, never builds anything but plain data."""
+    try:
+        if data.lstrip().startswith(b"{"):
+            document = json.loads(data)
+        else:
+            document = _SafeUnpickler(io.BytesIO(data)).load()
+    except DumpRefused as exc:
+        return Loaded(None, f"refused: the pickle asks for {exc} (loading it would run code)", True)
+    except RecursionError:
+        return Loaded(None, "unreadable: nested too deeply")
+    except Exception as exc:  # truncated or corrupt: pickle and json raise many kinds
+        why = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
+        return Loaded(None, f"unreadable ({why}): {type(exc).__name__}: {exc}")
+    if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
+        return Loaded(None, "not a Flight Recorder dump: it has no list of entries")
+    return Loaded(document)
+
+
+def load_flight_recorder(data: bytes) -> tuple[list[dict] | None, str | None]:
+    """The entries of one dump, reduced to what a rank's hang evidence shows; (None, why not)."""
+    loaded = load_dump(data)
+    if loaded.document is None:
+        return None, f"unreadable flight recorder dump: {loaded.error}"
+    keep = ("record_id", "collective_seq_id", "p2p_seq_id", "profiling_name", "state",
+            "input_sizes", "time_created_ns", "duration_ms", "timeout_ms", "process_group")  # fmt: skip
+    entries = loaded.document["entries"]
+    return [{k: e[k] for k in keep if k in e} for e in entries if isinstance(e, dict)], None
+
+
+def rank_of(name: str) -> int | None:
+    """The rank a dump file's name gives (``nccl_trace_rank_3``, ``fr_trace_rank_3.json``)."""
+    m = _RANK_IN_NAME.search(Path(name).name)
+    return int(m[1]) if m else None
+
+
+# ---- what the analysis reports ------------------------------------------------------------------
+
+
+@dataclass
+class DumpRead:
+    source: str
+    rank: int | None
+    version: str | None = None
+    entries: int = 0
+    skipped: int = 0  # entries without the keys the matching needs
+    error: str | None = None
+    refused: bool = False
+
+
+@dataclass
+class RankTail:
+    """Where one rank's record of a process group ends."""
+
+    rank: int
+    last_seq: int | None = None
+    last_op: str | None = None
+    last_state: str | None = None
+    completed_seq: int | None = None
+    completed_op: str | None = None
+    where: str | None = None  # the user's innermost frame of the last op
+    stack: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Side:
+    """The ranks that showed one op signature at a sequence number."""
+
+    ranks: list[int]
+    op: str
+    input_sizes: str
+    output_sizes: str
+    dtypes: str
+    state: str
+
+
+@dataclass
+class Divergence:
+    """Where the ranks of a process group stopped agreeing."""
+
+    kind: str  # missing | op | size | dtype | state
+    seq: int
+    p2p: bool
+    op: str
+    sides: list[Side]
+    missing: list[int] = field(default_factory=list)  # ranks that never issued it
+    culprits: list[RankTail] = field(default_factory=list)
+
+
+@dataclass
+class GroupReading:
+    name: str
+    desc: str
+    ranks: list[int] | None  # its members; None when no dump's pg_config names them
+    dumped: list[int]
+    no_dump: list[int]  # members without a dump
+    first_seq: int | None  # the first sequence number every member's buffer still holds
+    last_seq: int | None
+    matched: int  # collectives every member issued alike
+    divergences: list[Divergence]
+    more: int  # divergences past MISMATCH_CAP
+
+    @property
+    def label(self) -> str:
+        name = self.desc or self.name
+        ranks = ranges(self.ranks) if self.ranks is not None else "ranks unknown"
+        return f"process group {name!r} ({ranks})"
+
+
+@dataclass
+class FlightRecorderReading:
+    dumps: list[DumpRead]
+    groups: list[GroupReading]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dumps": [asdict(d) for d in self.dumps],
+            "groups": [{**asdict(g), "label": g.label} for g in self.groups],
+        }
+
+
+def ranges(ranks: Iterable[int]) -> str:
+    """``ranks 0-3, 7``."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
+
+
+# ---- the matching -----------------------------------------------------------------------------
+
+# An op signature: (op, payload, state); the payload is the repr of (input sizes, output sizes,
+# input dtypes, output dtypes), one repr per entry being the cheapest hashable form of them. A
+# coalesced collective is the concatenation of its ops' signatures.
+Sig = tuple[str, ...]
+_FIELDS = 3
+_OP_TYPES: dict[Any, str] = {}
+
+
+def _op_type(name: Any) -> str:
+    """``nccl:send 0->1`` -> ``send``; the backend prefix differs between gloo and NCCL."""
+    op = _OP_TYPES.get(name)
+    if op is None:
+        op = str(name).split(":", 1)[-1].split(" ", 1)[0]
+        if len(_OP_TYPES) < 4096:  # names are a handful; a hostile dump may not grow this
+            _OP_TYPES[name] = op
+    return op
+
+
+def _payload(payload: str) -> tuple[str, str, str]:
+    """(input sizes, output sizes, dtypes) as texts, from a signature's payload (our own repr)."""
+    try:
+        sizes_in, sizes_out, dt_in, dt_out = ast.literal_eval(payload)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return payload, "", ""
+    return str(sizes_in), str(sizes_out), f"{dt_in}->{dt_out}"
+
+
+class _Group:
+    def __init__(self, name: str, desc: str, ranks: frozenset[int] | None) -> None:
+        self.name, self.desc, self.ranks = name, desc, ranks
+        self.slots: dict[int, dict[Sig, int]] = {}  # seq -> signature -> bit mask of ranks
+        self.seen: set[int] = set()  # ranks whose dump holds this group
+        self.floor = 0  # seqs below it fell out of some member's buffer
+        self.tails: dict[int, RankTail] = {}
+        # p2p: (src, dst) -> side ("send" from src's dump, "recv" from dst's) -> signatures
+        self.p2p: dict[tuple[int, int], dict[str, list[tuple[int, Sig]]]] = {}
+        self.wrapped: set[int] = set()
+
+
+class Analysis:
+    """Fold dumps in one at a time (``add``), then read the result (``reading``)."""
+
+    def __init__(self) -> None:
+        self.dumps: list[DumpRead] = []
+        self._groups: dict[tuple[str, str, frozenset[int] | None], _Group] = {}
+        self._ranks: set[int] = set()
+
+    def add_file(self, path: Path, rank: int | None = None) -> DumpRead:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_DUMP_BYTES)
+        except OSError as exc:
+            read = DumpRead(str(path), rank, error=f"unreadable: {exc.strerror or exc}")
+            self.dumps.append(read)
+            return read
+        return self.add(data, str(path), rank if rank is not None else rank_of(str(path)))
+
+    def add(self, data: bytes, source: str, rank: int | None) -> DumpRead:
+        loaded = load_dump(data)
+        read = DumpRead(source, rank, error=loaded.error, refused=loaded.refused)
+        self.dumps.append(read)
+        doc = loaded.document
+        if doc is None:
+            return read
+        version = doc.get("version")
+        read.version = str(version) if version is not None else None
+        read.entries = len(doc["entries"])
+        if rank is None or not 0 <= rank < MAX_RANK:
+            read.error = "read in part: the file name does not say which rank wrote it"
+            return read
+        if rank in self._ranks:
+            read.error = f"ignored: a second dump of rank {rank}"
+            return read
+        self._ranks.add(rank)
+        read.skipped = self._fold(rank, doc)
+        if read.skipped:
+            read.error = (
+                f"read in part: {read.skipped} of {read.entries} entries lack the keys the "
+                "matching needs (process_group, profiling_name, a sequence id)"
+            )
+        return read
+
+    def _group_of(self, rank: int, pg: Any, config: dict[str, Any]) -> _Group:
+        name, desc = (str(pg[0]), str(pg[1])) if isinstance(pg, (list, tuple)) else (str(pg), "")
+        ranks = _members(name, desc, config)
+        key = (name, desc, ranks)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group(name, desc, ranks)
+        group.seen.add(rank)
+        return group
+
+    def _fold(self, rank: int, doc: dict[str, Any]) -> int:
+        """Fold one rank's entries into the groups' rows; returns how many it had to skip."""
+        config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+        bit = 1 << rank
+        groups: dict[Any, _Group] = {}
+        pending: dict[_Group, tuple[int, Sig]] = {}
+        first: dict[_Group, int] = {}
+        last: dict[_Group, dict[str, Any]] = {}
+        completed: dict[_Group, dict[str, Any]] = {}
+        entries = doc["entries"]
+        skipped = 0
+        wrapped = bool(entries) and _record_id(entries[0]) > 0
+        get_group = groups.get
+        for e in entries:
+            try:
+                pg = e["process_group"]
+                group = get_group(pg) if pg.__class__ is tuple else None
+                if group is None:
+                    key = pg if isinstance(pg, str) else tuple(pg)
+                    group = get_group(key)
+                    if group is None:
+                        group = groups[key] = self._group_of(rank, pg, config)
+                p2p = e.get("is_p2p")
+                seq = int(e["p2p_seq_id"] if p2p else e.get("collective_seq_id", e.get("seq_id")))
+                state = e.get("state")
+                sig = (
+                    _op_type(e["profiling_name"]),
+                    repr((e.get("input_sizes"), e.get("output_sizes"),
+                          e.get("input_dtypes"), e.get("output_dtypes"))),
+                    str(state),
+                )  # fmt: skip
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+                skipped += 1
+                continue
+            last[group] = e
+            if state == "completed":
+                completed[group] = e
+            if p2p:
+                try:
+                    self._fold_p2p(group, e, seq, sig)
+                except ValueError:  # a peer that is no number
+                    skipped += 1
+                continue
+            if group not in first:
+                first[group] = seq
+            cur = pending.get(group)
+            if cur is not None and cur[0] == seq:  # one more op of a coalesced collective
+                pending[group] = (seq, cur[1] + sig)
+                continue
+            if cur is not None:
+                _put(group, cur, bit)
+            pending[group] = (seq, sig)
+        for group, cur in pending.items():
+            _put(group, cur, bit)
+        status = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
+        for group in set(groups.values()):
+            if wrapped:
+                group.wrapped.add(rank)
+                group.floor = max(group.floor, first.get(group, 0))
+            group.tails[rank] = _tail(rank, entries, last.get(group), completed.get(group), status)
+        return skipped
+
+    def _fold_p2p(self, group: _Group, e: dict[str, Any], seq: int, sig: Sig) -> None:
+        """Send ``a->b`` / recv ``b<-a`` in group ranks: ProcessGroupNCCL::send and ::recv name
+        them ``c10::str("nccl:recv ", rank_, "<-", srcRank)`` (torch/csrc/distributed/c10d/
+        ProcessGroupNCCL.cpp), see docs/flight-recorder.md#reading."""
+        meta = str(e.get("profiling_name")).split(" ", 1)
+        if len(meta) != 2:
+            return
+        sizes_in, sizes_out, dtypes = _payload(sig[1])
+        dt_in, _, dt_out = dtypes.partition("->")
+        if sig[0] == "send" and "->" in meta[1]:
+            src, dst = (int(x) for x in meta[1].split("->"))
+            side, sizes, dtype = "send", sizes_in, dt_in
+        elif sig[0] == "recv" and "<-" in meta[1]:
+            dst, src = (int(x) for x in meta[1].split("<-"))
+            side, sizes, dtype = "recv", sizes_out, dt_out
+        else:
+            return
+        # a send's input and its receive's output must agree: only those are compared
+        compare = ("p2p", repr((sizes, sizes, dtype, dtype)), "")
+        group.p2p.setdefault((src, dst), {}).setdefault(side, []).append((seq, compare))
+
+    def reading(self) -> FlightRecorderReading:
+        groups = [self._judge(g) for g in self._groups.values()]
+        groups.sort(key=lambda g: (g.name, g.desc, g.ranks or []))
+        return FlightRecorderReading(self.dumps, groups)
+
+    def _judge(self, g: _Group) -> GroupReading:
+        members = set(g.ranks) if g.ranks is not None else set(g.seen)
+        dumped = members & self._ranks
+        no_dump = sorted(members - self._ranks)
+        # a wrapped member that has no entry of this group tells nothing about it
+        judged = dumped - {r for r in g.wrapped if g.tails.get(r, RankTail(r)).last_seq is None}
+        mask_all = sum(1 << r for r in judged)
+        divergences: list[Divergence] = []
+        more = matched = 0
+        seqs = sorted(s for s in g.slots if s >= g.floor)
+        missing_found = False
+        for seq in seqs:
+            row = g.slots[seq]
+            seen = 0
+            for m in row.values():
+                seen |= m
+            missing = _bits(mask_all & ~seen)
+            diverged = None
+            if missing and not missing_found:
+                missing_found = True  # later rows pair up wrongly, as torchfrtrace notes
+                diverged = _divergence("missing", seq, False, row, missing, g)
+            elif len(row) > 1:
+                kind = _mismatch_kind(row)
+                if kind:
+                    diverged = _divergence(kind, seq, False, row, [], g)
+            if diverged is None:
+                matched += not missing
+            elif len(divergences) < MISMATCH_CAP:
+                divergences.append(diverged)
+            else:
+                more += 1
+        for (src, dst), sides in sorted(g.p2p.items()):
+            d = _judge_p2p(g, src, dst, sides, dumped)
+            if d is None:
+                continue
+            if len(divergences) < MISMATCH_CAP:
+                divergences.append(d)
+            else:
+                more += 1
+        return GroupReading(
+            name=g.name,
+            desc=g.desc,
+            ranks=sorted(g.ranks) if g.ranks is not None else None,
+            dumped=sorted(dumped),
+            no_dump=no_dump,
+            first_seq=seqs[0] if seqs else None,
+            last_seq=seqs[-1] if seqs else None,
+            matched=matched,
+            divergences=divergences,
+            more=more,
+        )
+
+
+def analyse(paths: Iterable[Path]) -> FlightRecorderReading:
+    """Every dump among ``paths``, read one at a time, matched across ranks."""
+    analysis = Analysis()
+    for path in paths:
+        analysis.add_file(path)
+    return analysis.reading()
+
+
+def _record_id(e: Any) -> int:
+    try:
+        return int(e["record_id"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _members(name: str, desc: str, config: dict[str, Any]) -> frozenset[int] | None:
+    """A process group's global ranks from the dump's ``pg_config``: by name, else by its
+    description; a gloo dump of torch 2.13 names its one group '' while its entries say '0'."""
+    entry = config.get(name)
+    if not isinstance(entry, dict):
+        by_desc = [c for c in config.values() if isinstance(c, dict) and c.get("desc") == desc]
+        if len(by_desc) == 1:
+            entry = by_desc[0]
+        elif len(config) == 1:
+            entry = next(iter(config.values()))
+    if not isinstance(entry, dict):
+        return None
+    ranks = entry.get("ranks")
+    # a string '[0, 1]' in every version seen; parsed as numbers, never evaluated
+    values = re.findall(r"-?\d+", ranks) if isinstance(ranks, str) else ranks
+    try:
+        return frozenset(int(r) for r in values)
+    except (TypeError, ValueError):
+        return None
+
+
+def _put(group: _Group, cur: tuple[int, Sig], bit: int) -> None:
+    seq, sig = cur
+    row = group.slots.get(seq)
+    if row is None:
+        row = group.slots[seq] = {}
+    row[sig] = row.get(sig, 0) | bit
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def _mismatch_kind(row: dict[Sig, int]) -> str | None:
+    """The first way the signatures of a row differ, in torchfrtrace's order (Op.match): op
+    type, sizes, dtypes, state; None when only sizes that may differ (all_to_all) differ."""
+    sigs = list(row)
+    ref = sigs[0]
+    order = ("op", "size", "dtype", "state")
+    worst = None
+    for other in sigs[1:]:
+        kind = _differs(ref, other)
+        if kind and (worst is None or order.index(kind) < order.index(worst)):
+            worst = kind
+    return worst
+
+
+def _differs(a: Sig, b: Sig) -> str | None:
+    if len(a) != len(b):
+        return "op"  # a different number of ops in a coalesced collective
+    ops = [(a[i : i + _FIELDS], b[i : i + _FIELDS]) for i in range(0, len(a), _FIELDS)]
+    if any(x[0] != y[0] for x, y in ops):
+        return "op"
+    payloads = [(x[0], _payload(x[1]), _payload(y[1])) for x, y in ops if x[1] != y[1]]
+    for op, x, y in payloads:
+        if (x[0] != y[0] and op not in _INPUT_SIZES_VARY) or (
+            x[1] != y[1] and op not in _OUTPUT_SIZES_VARY
+        ):
+            return "size"
+    if any(x[2] != y[2] for _, x, y in payloads):
+        return "dtype"
+    if any(x[2] != y[2] for x, y in ops):
+        return "state"
+    return None
+
+
+def _side(sig: Sig, ranks: list[int]) -> Side:
+    ops = [sig[i : i + _FIELDS] for i in range(0, len(sig), _FIELDS)]
+    shown = [(op, *_payload(payload), state) for op, payload, state in ops]
+    if len(shown) == 1:
+        return Side(ranks, *shown[0])
+    part = list(zip(*shown, strict=True))
+    joined = ["[" + ", ".join(p) + "]" for p in part[1:]]
+    return Side(ranks, f"coalesced({', '.join(part[0])})", *joined)
+
+
+def _divergence(
+    kind: str, seq: int, p2p: bool, row: dict[Sig, int], missing: list[int], g: _Group
+) -> Divergence:
+    sides = sorted((_side(sig, _bits(m)) for sig, m in row.items()), key=lambda s: -len(s.ranks))
+    if kind == "missing":
+        culprits = [g.tails[r] for r in missing if r in g.tails]
+        culprits += [RankTail(r) for r in missing if r not in g.tails]
+    else:
+        # the minority side is the likely culprit (torchfrtrace assumes the first rank is right)
+        culprits = [g.tails[r] for s in sides[1:] for r in s.ranks if r in g.tails]
+    return Divergence(kind, seq, p2p, sides[0].op, sides, missing, culprits[:STACK_FRAMES])
+
+
+def _judge_p2p(
+    g: _Group, src: int, dst: int, sides: dict[str, list[tuple[int, Sig]]], dumped: set[int]
+) -> Divergence | None:
+    """Sends ``src->dst`` against the receives at ``dst``, in order. Only buffers that never
+    wrapped hold a pair's whole history, so only those are judged."""
+    order = sorted(g.ranks) if g.ranks is not None else sorted(g.seen)
+    if min(src, dst) < 0 or max(src, dst) >= len(order):
+        return None
+    gsrc, gdst = order[src], order[dst]
+    if not {gsrc, gdst} <= dumped or {gsrc, gdst} & g.wrapped:
+        return None
+    sends, recvs = sides.get("send", []), sides.get("recv", [])
+    for i in range(max(len(sends), len(recvs))):
+        s = sends[i] if i < len(sends) else None
+        r = recvs[i] if i < len(recvs) else None
+        if s is not None and r is not None and s[1] == r[1]:
+            continue
+        row: dict[Sig, int] = {}
+        for item, who, name in ((s, gsrc, f"send {src}->{dst}"), (r, gdst, f"recv {dst}<-{src}")):
+            if item is not None:
+                key = (name, *item[1][1:])
+                row[key] = row.get(key, 0) | (1 << who)
+        missing = [gdst] if r is None else [gsrc] if s is None else []
+        seq = (s or r)[0]  # type: ignore[index]
+        kind = "missing" if missing else "size"
+        return _divergence(kind, seq, True, row, missing, g)
+    return None
+
+
+def _tail(
+    rank: int,
+    entries: list[Any],
+    last: dict[str, Any] | None,
+    completed: dict[str, Any] | None,
+    status: dict[str, Any],
+) -> RankTail:
+    tail = RankTail(rank)
+    if last is None:
+        return tail
+    tail.last_seq = _seq(last)
+    tail.last_op = str(last.get("profiling_name"))
+    tail.last_state = str(last.get("state"))
+    raw = last.get("frames")
+    frames = [
+        Frame(str(f.get("filename")), _int(f.get("line")), str(f.get("name")))
+        for f in (raw if isinstance(raw, list) else [])
+        if isinstance(f, dict)
+    ]
+    frame = user_frame(frames)
+    tail.where = frame.describe() if frame else None
+    tail.stack = [f"{f.func} at {f.file}:{f.line}" for f in frames[:STACK_FRAMES]]
+    # gloo leaves every entry "scheduled": pg_status's counter says what completed
+    done = status.get(str(last.get("pg_id"))) if isinstance(status, dict) else None
+    seq_done = _int(done.get("last_completed_collective"), -1) if isinstance(done, dict) else -1
+    if completed is not None and (_seq(completed) or -1) >= seq_done:
+        tail.completed_seq, tail.completed_op = _seq(completed), str(completed["profiling_name"])
+    elif seq_done > 0:
+        tail.completed_seq = seq_done
+        tail.completed_op = next(
+            (
+                str(e.get("profiling_name"))
+                for e in reversed(entries)
+                if isinstance(e, dict)
+                and e.get("process_group") == last.get("process_group")
+                and not e.get("is_p2p")
+                and _seq(e) == seq_done
+            ),
+            None,
+        )
+    return tail
+
+
+def _seq(e: dict[str, Any]) -> int | None:
+    value = e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id")
+    return _int(value, None)
+
+
+def _int(value: Any, default: Any = 0) -> Any:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

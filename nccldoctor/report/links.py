@@ -1,0 +1,76 @@
+"""The document's ``links``: what each node's links carry and the largest busbw against the
+slowest relevant one, as the bandwidth section and the answer state it.
+
+Built from the node facts and the bandwidth section by ``checks/linkrates.py`` (the same budget
+the ``bandwidth`` rules judge); this module only writes it down. Whether the fraction is too low
+is the rule's call (``run.busbw-below-link``), not this one's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks.linkrates import EXPECTED, link_budget, of_what, percent
+from nccldoctor.facts import NodeFacts, from_dict
+from nccldoctor.report.shape import items, section
+from nccldoctor.report.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
+
+
+def links_section(
+    document: dict[str, Any], network: Any, facts: list[NodeFacts] | None = None
+) -> dict[str, Any] | None:
+    """``{transport, expected, nodes: [{node, links: [{kind, name, Gbitps, source}]}], slowest,
+    busbw_GBps, size_bytes, fraction, sentence}``; None without a bandwidth sweep. ``facts``:
+    the nodes as objects when the caller has them (read from the document otherwise)."""
+    bandwidth = section(document, "bandwidth")
+    if not bandwidth:
+        return None
+    if facts is None:
+        facts = _facts(document)
+    budget = link_budget(facts, bandwidth, network)
+    slowest = budget.slowest()
+    fraction = budget.fraction()
+    return {
+        "transport": budget.transport,
+        "expected": EXPECTED[budget.transport][2] if budget.transport else None,
+        "nodes": [
+            {
+                "node": n.node,
+                "links": [
+                    {"kind": k.kind, "name": k.name, "Gbitps": k.Gbitps, "source": k.source}
+                    for k in n.links
+                ],
+            }
+            for n in budget.nodes
+        ],
+        "slowest": {"node": slowest[0], "link": slowest[1], "Gbitps": slowest[2]}
+        if slowest
+        else None,
+        "busbw_GBps": budget.busbw_GBps,
+        "size_bytes": budget.size_bytes,
+        "fraction": round(fraction, 4) if fraction is not None else None,
+        "sentence": _sentence(budget.busbw_GBps, budget.size_bytes, slowest, fraction, budget),
+    }
+
+
+def _facts(document: dict[str, Any]) -> list[NodeFacts]:
+    facts = []
+    for entry in items(document.get("nodes")):
+        try:
+            facts.append(from_dict(NodeFacts, entry))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a node whose facts cannot be read has no known links
+    return facts
+
+
+def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: Any) -> str:
+    """ "allreduce busbw 1.40 GB/s at 64 MiB = 9% of what eth0's 100 Gbit/s carries (node-b)"."""
+    if busbw is None:
+        return ""
+    head = f"allreduce busbw {format_GBps(busbw)} at {format_bytes(size)}"
+    if budget.transport is None:
+        return f"{head}; the transport NCCL used is unknown, so is the link it is bounded by"
+    if slowest is None or fraction is None:
+        return f"{head}; what the links carry is {UNKNOWN} (no NIC speed, port rate or TCP probe)"
+    node, link, gbitps = slowest
+    return f"{head} = {percent(fraction)} {of_what(link, format_Gbitps(gbitps))} ({node})"

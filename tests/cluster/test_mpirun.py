@@ -1,0 +1,68 @@
+"""`nccldoctor check` launched by OpenMPI's mpirun across two network-namespace nodes, its remote
+daemons started through the lab's rsh agent (nccldoctor/lab/mpirun.py). The assertions are on
+mpirun's own exit status, then on the reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from nccldoctor.lab.mpirun import mpirun_argv, start_mpirun, write_rsh_agent
+from nccldoctor.lab.start import check_env
+from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, WAIT
+from tests.cluster.test_faults_net import STALL_S, rendezvous_only_firewall
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+@pytest.fixture
+def mpi_lab(lab):
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs OpenMPI's mpirun (openmpi-bin, scripts/setup-tests.sh)")
+    lab = lab(2)
+    hosts = "".join(f"{h.address} {h.name}\n" for h in lab.hosts) + "127.0.0.1 localhost\n"
+    for host in lab.hosts:
+        host.write_etc("hosts", hosts)
+    return lab
+
+
+def mpirun_check(lab, tmp_path, *extra):
+    agent = write_rsh_agent(lab.net, tmp_path / "rsh-agent")
+    out = tmp_path / "out"
+    check = ["python", "-m", "nccldoctor", "check", "--out", str(out), "--port", PORT, *FAST,
+             *extra]  # fmt: skip
+    argv = mpirun_argv(lab.net, agent, 1, check, export=["MASTER_ADDR"])
+    env = check_env(os.environ, "", {"MASTER_ADDR": lab.hosts[0].address})
+    del env["NCCLDOCTOR_NODE_NAME"]  # each process's hostname is its node's
+    proc = start_mpirun(lab.net, argv, env, cwd=tmp_path, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=HEALTHY_DEADLINE + WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("check-*.json"))}
+    return proc.returncode, stdout + stderr, found
+
+
+def test_mpirun_one_process_per_node_healthy(mpi_lab, tmp_path):
+    rc, output, found = mpirun_check(mpi_lab, tmp_path)
+    assert rc == 0, output[-3000:]
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
+    # The node rank came from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_SIZE on each node.
+    assert [found[f"check-node{i}"]["nodes"][0]["node"] for i in (0, 1)] == ["node0", "node1"]
+    assert found["check-cluster"]["exit_code"] == 0
+
+
+def test_mpirun_with_a_firewalled_node_exits_1(mpi_lab, tmp_path):
+    rendezvous_only_firewall(mpi_lab.hosts[1])
+    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}")
+    assert rc == 1, output[-3000:]
+    blocked = [f["node"] for f in found["check-node1"]["findings"]
+               if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
+    assert blocked == ["node1"]
+    assert found["check-cluster"]["exit_code"] == 1

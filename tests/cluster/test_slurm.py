@@ -1,0 +1,147 @@
+"""`nccldoctor check` launched by a real Slurm (munged, slurmctld, one slurmd per netns node).
+
+``srun`` and ``sbatch`` run on the lab's controller host like on a login node; the assertions are
+on their own exit status (what a pipeline sees), then on the reports the tasks wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nccldoctor.lab.slurm import SlurmLab, slurm_possible
+from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, WAIT
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+STALL_S = 8  # the init deadline of the broken-node runs (see test_faults_net)
+
+
+@pytest.fixture
+def slurm(tmp_path: Path) -> Iterator[SlurmLab]:
+    if not slurm_possible():
+        pytest.skip("needs root, ip netns and slurm-wlm + munge (scripts/setup-tests.sh)")
+    lab = SlurmLab(2, tmp_path / "slurm", prefix=f"198.18.{20 + secrets.randbelow(200)}")
+    try:
+        yield lab.build()
+    finally:
+        lab.close()
+
+
+def run(lab: SlurmLab, argv: list[str], cwd: Path, extra: dict | None = None):
+    proc = lab.popen(argv, lab.env(os.environ, extra), cwd=cwd, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=HEALTHY_DEADLINE + WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+def srun_check(lab: SlurmLab, out: Path, *extra: str) -> tuple[int, str, str]:
+    argv = ["srun", "-N2", "--ntasks-per-node=1", "python", "-m", "nccldoctor", "check",
+            "--out", str(out), *FAST, *extra]  # fmt: skip
+    return run(lab, argv, out.parent)
+
+
+def firewall_ephemeral_ports(lab: SlurmLab, host: int) -> None:
+    """Node ``host`` drops new TCP connections except to slurmd and the check's two ports."""
+    for rule in (["-i", "lo", "-j", "ACCEPT"],
+                 ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+                 ["-p", "tcp", "--dport", "6818", "-j", "ACCEPT"],  # slurmd's own port
+                 ["-p", "tcp", "--dport", "29400:29401", "-j", "ACCEPT"],
+                 ["-p", "tcp", "--syn", "-j", "DROP"]):  # fmt: skip
+        assert lab.net is not None
+        lab.net.exec(lab.compute[host], "iptables", "-A", "INPUT", *rule)
+
+
+def reports(out: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("check-*.json"))}
+
+
+def test_srun_one_task_per_node_healthy(slurm, tmp_path):
+    rc, _, err = srun_check(slurm, tmp_path / "out")
+    assert rc == 0, err[-3000:]
+    found = reports(tmp_path / "out")
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
+    # Each task found its node rank and the master in Slurm's variables, no flags given.
+    assert [found[f"check-node{i}"]["nodes"][0]["node"] for i in (0, 1)] == ["node0", "node1"]
+    assert found["check-cluster"]["exit_code"] == 0
+
+
+def test_srun_with_a_firewalled_node_fails_the_step(slurm, tmp_path):
+    firewall_ephemeral_ports(slurm, 1)
+    rc, _, err = srun_check(slurm, tmp_path / "out", "--phase-timeout", f"init={STALL_S}")
+    assert rc == 1, err[-3000:]  # srun passes on the highest exit code of its tasks
+    node = reports(tmp_path / "out")["check-node1"]
+    assert [f["node"] for f in node["findings"] if f["id"] == "run.ephemeral-port-blocked"] == [
+        "node1"
+    ]
+
+
+def docs_script() -> str:
+    """The sbatch script of docs/launch/slurm.md, as written there."""
+    text = (REPO / "docs" / "launch" / "slurm.md").read_text()
+    return re.search(r"```bash\n(#!/bin/bash\n#SBATCH.*?)```", text, re.S).group(1)
+
+
+def lab_script(script: str) -> str:
+    """The docs' script on the lab: no GPUs to request, one torchrun worker per node (the
+    machine has two cores), and 8 CPUs per node."""
+    script = re.sub(r"#SBATCH --gpus-per-node=\d+\n", "", script)
+    script = script.replace("--cpus-per-task=32", "--cpus-per-task=8")
+    assert "--nproc-per-node 8" in script
+    return script.replace("--nproc-per-node 8", "--nproc-per-node 1")
+
+
+TRAIN = "import os\nprint('trained on', os.environ['GROUP_RANK'], flush=True)\n"
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["healthy", "firewalled-node"])
+def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "job.sh").write_text(lab_script(docs_script()))
+    if broken:
+        firewall_ephemeral_ports(slurm, 1)
+    # The script passes no timeouts: the check reads them from the job's environment.
+    timeouts = {"NCCLDOCTOR_TIMEOUT": str(WAIT), "NCCLDOCTOR_TIMEOUT_INIT": str(STALL_S),
+                "NCCLDOCTOR_TIMEOUT_BANDWIDTH_BUDGET": "2", "NCCLDOCTOR_TIMEOUT_SETTLE": "2"}  # fmt: skip
+    rc, _, err = run(slurm, ["sbatch", "--wait", "job.sh"], tmp_path, timeouts)
+    log = next(tmp_path.glob("ddp-*.out")).read_text()
+    if broken:
+        assert rc == 1, log[-3000:]
+        assert "nccldoctor found problems (report above); not starting training" in log
+        assert "trained on" not in log
+    else:
+        assert rc == 0, (err, log[-3000:])
+        assert sorted(re.findall(r"trained on (\d)", log)) == ["0", "1"]
+    assert (tmp_path / "nccldoctor-check" / "check-cluster.json").is_file()
+
+
+def test_uneven_tasks_are_a_usage_error_on_every_task(slurm, tmp_path):
+    argv = ["srun", "-N2", "-n3", "python", "-m", "nccldoctor", "check", "--out",
+            str(tmp_path / "out"), *FAST]  # fmt: skip
+    rc, _, err = run(slurm, argv, tmp_path)
+    assert rc == 2, err[-3000:]
+    said = "SLURM_STEP_NUM_TASKS=3 is not a multiple of SLURM_STEP_NUM_NODES=2 (tasks per node: "
+    assert err.count(said) == 3, err[-3000:]
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_check_in_the_batch_shell_without_srun_is_a_usage_error(slurm, tmp_path):
+    (tmp_path / "job.sh").write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=job.out\nnccldoctor check\n"
+    )
+    rc, _, err = run(slurm, ["sbatch", "--wait", "job.sh"], tmp_path)
+    log = (tmp_path / "job.out").read_text()
+    assert rc == 2, (err, log[-3000:])
+    assert "is set but SLURM_STEP_ID is not" in log

@@ -1,0 +1,56 @@
+"""Bad input among good logs: a finding or a clear message for that file, the others still
+explained, never a traceback, never a hang."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "v2.18-socket-2node"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _explain(*paths: str) -> tuple[int, dict, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "explain", "--json", *paths],
+        capture_output=True,
+        timeout=120,  # a hang fails the test instead of stalling the suite
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )
+    return done.returncode, json.loads(done.stdout), done.stderr.decode()
+
+
+def test_bad_files_among_good_ones(tmp_path: Path) -> None:
+    good = [str(p) for p in sorted(FIXTURES.glob("*.log"))]
+    (tmp_path / "random.bin").write_bytes(os.urandom(1 << 20))
+    with open(tmp_path / "one-line.txt", "wb") as out:  # 50 MB and no newline
+        for _ in range(50):
+            out.write(b"NCCL INFO " * 100_000)
+    (tmp_path / "nul.txt").write_bytes(b"\0" * (1 << 20))
+    whole = gzip.compress(Path(good[0]).read_bytes())
+    (tmp_path / "cut.log.gz").write_bytes(whole[: len(whole) // 2])
+    bad = [str(p) for p in sorted(tmp_path.iterdir())]
+    # /proc/self/mem is a regular file that every read of fails (EIO), even for root
+    rc, doc, stderr = _explain(*bad, "/proc/self/mem", *good)
+    assert rc in (0, 1) and "Traceback" not in stderr  # warnings exit 0
+    extra = doc
+    assert extra["nranks"] == 2 and extra["network"] == "Socket" and extra["init_complete"]
+    errors = extra["nccl"]["read_errors"]
+    assert any(e.startswith(str(tmp_path / "cut.log.gz")) for e in errors), errors
+    assert any(e.startswith("/proc/self/mem: OSError") for e in errors), errors
+    assert extra["nccl"]["lines"]["truncated"] >= 1  # the 50 MB line, cut and counted
+    unreadable = [f for f in doc["findings"] if f["id"] == "logs.unreadable"]
+    assert unreadable and "cut.log.gz" in " ".join(unreadable[0]["evidence"])
+
+
+def test_only_nul_bytes_is_a_log_without_nccl_output(tmp_path: Path) -> None:
+    (tmp_path / "nul.txt").write_bytes(b"\0" * 4096)
+    rc, doc, stderr = _explain(str(tmp_path / "nul.txt"))
+    assert rc == 0  # a warning: it says how to get NCCL to log
+    assert "Traceback" not in stderr
+    assert [f["id"] for f in doc["findings"] if f["severity"] != "ok"] == ["logs.no-nccl-output"]
