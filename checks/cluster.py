@@ -197,3 +197,49 @@ def subnet_differs(nodes: list[NodeFacts]) -> Problem | None:
         "node can reach every other; a private 172.17.x subnet means a Docker bridge "
         "(use --network host).",
     )
+
+
+DOCKER_NAT_FIX = (
+    "Run every container on the host's network, so each node advertises its own host's "
+    "address:\n"
+    "docker run --network host --ipc host ...   # on every node\n"
+    "Publishing ports (-p) does not help: gloo and NCCL listen on random ports and each rank "
+    "advertises its own address. Alternatives that work: a routable container network "
+    "(a macvlan or ipvlan Docker network, an overlay with one address per container), or "
+    "hostNetwork: true in Kubernetes; then set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to that "
+    "interface."
+)
+
+
+def advertised(facts: NodeFacts) -> str | None:
+    """The address this node's ranks advertise: the source of its route to the master."""
+    route = facts.network.route_to_master
+    return route.source if route else None
+
+
+@check(
+    "cluster.advertised-address-shared", area="cluster", category="docker_network",
+    scope="cluster",
+)  # fmt: skip
+def advertised_address_shared(nodes: list[NodeFacts]) -> Problem | None:
+    """Several nodes advertise one address (each host's first Docker container gets the same
+    bridge address): a rank connecting to it reaches its own node, never the peer."""
+    shared = {
+        a: names
+        for a, names in _groups(nodes, advertised).items()
+        if len(names) > 1 and not ipaddress.ip_address(a).is_loopback  # master.loopback's
+    }
+    if not shared:
+        return None
+    address, names = sorted(shared.items())[0]
+    evidence = [f"advertised (route source to the master) {a}: {', '.join(n)}"
+                for a, n in sorted(shared.items())]  # fmt: skip
+    evidence += [f"seen by the master: {f.node} {f.network.seen_by_master}" for f in nodes
+                 if f.network.seen_by_master]  # fmt: skip
+    return Problem(
+        Severity.FAIL,
+        f"{len(names)} nodes advertise the same address {address} ({', '.join(names)}): "
+        "a connection to it stays on the node that makes it",
+        evidence,
+        DOCKER_NAT_FIX,
+    )

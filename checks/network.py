@@ -210,12 +210,14 @@ def pick_virtual(facts: NodeFacts) -> Problem | None:
     reasons = []
     if pick.kind == "loopback" or address.is_loopback:
         reasons.append(f"{pick.name} is loopback: every peer would connect to itself")
-    if pick.kind in ("bridge", "tun"):
-        reasons.append(f"{pick.name} is a {pick.kind}")
     wanted = master_interface(net)
     off_route = wanted not in (None, pick.name) and not any(
         reaches(pick, a) for a in net.master_addresses
     )
+    # A bridge carrying the route to the master is the host's uplink (br0 with the NIC as its
+    # port, as on a hypervisor); docker0 and virbr0 carry no such route.
+    if pick.kind == "tun" or (pick.kind == "bridge" and (off_route or wanted is None)):
+        reasons.append(f"{pick.name} is a {pick.kind}")
     if pick.kind == "veth" and off_route:
         reasons.append(f"{pick.name} is a veth that does not carry the route to the master")
     if address.is_link_local:

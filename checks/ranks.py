@@ -16,6 +16,7 @@ from typing import Any
 from checks import Problem, check
 from nccldoctor.facts.ranks import RanksSeen
 from nccldoctor.forensics.behind import categorize, culprits, stopped_at
+from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import Severity
 
 Row = Mapping[str, Any]
@@ -27,8 +28,9 @@ def phase_label(phase: str | None) -> str:
 
 
 def first_line(text: str | None, phase: str | None = None, limit: int = 200) -> str:
-    """The error's last non-empty line, without a leading ``<phase>: ``, at most ``limit`` chars."""
-    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    """The error's last non-empty line (torch's C++ frames cut: the line torch meant for a
+    person), without a leading ``<phase>: ``, at most ``limit`` chars."""
+    lines = [line.strip() for line in without_cpp_frames(text or "").splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     if phase and line.startswith(f"{phase}: "):
         line = line[len(phase) + 2 :]

@@ -63,6 +63,49 @@ def master_port_blocked(seen: RunObserved) -> Problem | None:
     )
 
 
+@check("run.master-unknown", area="cluster", category="docker_network", scope="run")
+def master_unknown(seen: RunObserved) -> Problem | None:
+    """No node owns --master (Docker NAT: it is the master's host) and no nccldoctor answered
+    there, so this node cannot tell whether it is the master (docs/docker.md#whoami)."""
+    found = seen.master_search
+    if found is None or not found.undecided:
+        return None
+    port = seen.port
+    evidence = [
+        f"this node does not own {found.gate.rsplit(':', 1)[0]}: a container behind NAT, or "
+        "--master is another node",
+        f"whoami to {found.gate} for {found.elapsed_s:.1f} s: {found.error}",
+    ]
+    evidence += [f"own listener: {found.own_gate_error}"] if found.own_gate_error else []
+    return Problem(
+        Severity.FAIL,
+        f"node {seen.node} cannot tell whether it is the master: it does not own --master and "
+        f"no nccldoctor answered at {found.gate}",
+        evidence,
+        "On the container whose host is --master, say so, and publish both ports there:\n"
+        f"docker run -p {port}:{port} -p {port + 1}:{port + 1} ...  # on the master's host\n"
+        f"nccldoctor check --master <that host> --node-rank 0 ...  # in that container\n"
+        "or run every container with --network host (then the master owns its address).",
+    )
+
+
+@check("run.second-master", area="cluster", category="env_config", scope="run")
+def second_master(seen: RunObserved) -> Problem | None:
+    """This node was told it is the master (--node-rank 0), yet --master leads to another
+    node's nccldoctor: two masters, each waiting for the other's nodes."""
+    found = seen.master_search
+    if found is None or not found.second_master:
+        return None
+    return Problem(
+        Severity.FAIL,
+        f"node {seen.node} was started as the master (--node-rank 0), but --master leads to "
+        f"another node's nccldoctor at {found.gate}",
+        [f"whoami to {found.gate}: another listener answered (not this node's)"],
+        "Give --node-rank 0 to one node only, the one --master leads to; start the others "
+        "without --node-rank (or with 1..N-1).",
+    )
+
+
 @check("run.token-refused", area="cluster", category="env_config", scope="run")
 def token_refused(seen: RunObserved) -> Problem | None:
     """The master's listener refused this node's token."""

@@ -107,6 +107,29 @@ def test_pick_virtual_quiet_on_a_veth_master():
     assert not findings("socket.pick-virtual", NodeFacts(node="n", network=net, multi_node=True))
 
 
+def test_pick_virtual_quiet_on_a_bridge_uplink_flags_a_bridge_off_the_route():
+    """br0 with the NIC as its port carries the route to the master: NCCL's pick is right. A
+    docker0-like bridge that NCCL picks while the route goes through eth0 is the trap."""
+    lo = Interface("lo", index=1, up=True, running=True, ipv4=["127.0.0.1/8"], kind="loopback")
+    br0 = Interface("br0", index=2, up=True, running=True, ipv4=["198.18.9.2/24"], kind="bridge")
+    eth0 = Interface("eth0", index=3, up=True, running=True, ipv4=["198.18.8.2/24"], kind="veth")
+
+    def picks_br0(master: str, route_dev: str) -> NodeFacts:
+        net = NetworkFacts(
+            interfaces=[lo, br0, eth0],
+            master=master,
+            master_addresses=[master],
+            route_to_master=Route(master, interface=route_dev, method="table"),
+            nccl_pick="br0",
+            nccl_pick_address="198.18.9.2/24",
+        )
+        return NodeFacts(node="n", network=net, multi_node=True)
+
+    assert not findings("socket.pick-virtual", picks_br0("198.18.9.1", "br0"))
+    hit = _one("socket.pick-virtual", picks_br0("198.18.8.1", "eth0"))
+    assert "br0 is a bridge" in hit.evidence[0]
+
+
 def test_pick_virtual():
     hit = _one("socket.pick-virtual", _bridge_node())
     assert "br0 is a bridge" in hit.evidence[0]

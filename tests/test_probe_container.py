@@ -73,6 +73,29 @@ def test_kubernetes_from_env_and_podman_from_marker(tmp_path):
     assert k8s.runtime_evidence[0] == "KUBERNETES_SERVICE_HOST=10.96.0.1"
 
 
+def test_docker_container_whose_default_route_is_a_bridge_is_on_the_host_network(tmp_path):
+    """--network host on a server whose uplink is br0: a bridge lives on the host, never in a
+    bridge-network container (that gets a veth end)."""
+    (tmp_path / ".dockerenv").write_text("")
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text("0::/docker/3f4e5d6c7b8a\n")
+    (tmp_path / "proc/net").mkdir(parents=True)
+    (tmp_path / "proc/net/route").write_text(
+        "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
+        "eth0\t00000000\t010912C6\t0003\t0\t0\t0\t00000000\n"
+    )
+    for name, value in (("ifindex", "5"), ("iflink", "5")):
+        (tmp_path / "sys/class/net/eth0/bridge").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"sys/class/net/eth0/{name}").write_text(value + "\n")
+    facts = container.probe(tmp_path, {})
+    assert facts.runtime == "docker" and facts.network_mode == "host"
+    assert facts.network_evidence == [
+        "eth0, on the default route, is a bridge: the host's own interface"
+    ]
+    (tmp_path / "sys/class/net/eth0/bridge").rmdir()
+    assert container.probe(tmp_path, {}).network_mode == "unknown"
+
+
 def test_marker_file_alone_in_the_host_pid_namespace_is_no_container(tmp_path):
     (tmp_path / ".dockerenv").write_text("")
     (tmp_path / "proc/self/ns").mkdir(parents=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from nccldoctor.cli.console import (
     HtmlPath,
     NoHtml,
     abort,
+    divert_stderr,
     page_path,
     print_json,
     print_report,
@@ -22,6 +24,7 @@ from nccldoctor.cli.console import (
 )
 from nccldoctor.cli.progress import Progress
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
+from nccldoctor.forensics.stacks import without_cpp_frames
 
 
 def check(
@@ -135,8 +138,11 @@ def check(
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
     live = False if json_out else None  # --json: plain lines, as in a pipe
-    with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as progress:
-        report, path, code = run_check(config, os.environ, command, progress=progress)
+    log = config.out / config.node_name / "agent.log"
+    divert_stderr(log)  # before the console is made: it writes to the terminal's copy
+    with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as shown:
+        report, path, code = run_check(config, os.environ, command,
+                                       progress=lambda m: _progress(m, log, shown))  # fmt: skip
     if json_out:
         print_json(report.to_dict())
     else:
@@ -146,6 +152,20 @@ def check(
     # share one --out folder keep their pages apart
     write_page(report, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
     raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
+
+
+def _progress(message: str, log: Path) -> None:
+    """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
+    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+        f.write(message + "\n")
+    stderr.print(without_cpp_frames(message))
+
+
+def _progress(message: str, log: Path, shown: Progress) -> None:
+    """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
+    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+        f.write(message + "\n")
+    shown(without_cpp_frames(message))
 
 
 def redact_token(argv: list[str]) -> list[str]:

@@ -23,6 +23,11 @@ class _LazyConsole:
         self._options = options
         self._console: Any = None
 
+    def write_to(self, file: Any) -> None:
+        """Print to ``file`` from now on."""
+        self._options["file"] = file
+        self._console = None
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real(), name)
 
@@ -38,6 +43,20 @@ class _LazyConsole:
 # markup/highlight/emoji off: NCCL lines are full of brackets and must print verbatim.
 stdout = _LazyConsole(markup=False, highlight=False, emoji=False, soft_wrap=True)
 stderr = _LazyConsole(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+def divert_stderr(log: Path) -> None:
+    """Everything written to file descriptor 2 from now on goes to ``log``: torch's C++
+    warnings and backtraces (TCPStore's retries print them straight to the descriptor), Python's
+    and NumPy's import warnings, the workers forked later. nccldoctor's own lines (``stderr``)
+    still reach the terminal (docs/design.md#terminal)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    stderr.write_to(terminal)
 
 
 def supports_unicode() -> bool:

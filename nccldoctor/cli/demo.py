@@ -34,16 +34,27 @@ def demo(
     loopback: Annotated[
         bool, typer.Option(help="Use the loopback interface even as root.")
     ] = False,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="plain | docker-bridge (a container per host on Docker's default bridge, the "
+            "rendezvous ports published) | docker-host (those containers on --network host)."
+        ),
+    ] = "plain",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
     html: HtmlPath = None,
     no_html: NoHtml = False,
 ) -> None:
     """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
-    from nccldoctor.lab.demo import run_demo
+    from nccldoctor.lab.demo import SCENARIOS, run_demo
     from nccldoctor.lab.netns import NetLabError
 
     if not 1 <= nodes <= 16 or procs_per_node < 1:
         raise abort("--nodes must be 1..16 and --procs-per-node at least 1")
+    if scenario not in SCENARIOS:
+        raise abort(f"--scenario {scenario}: one of {', '.join(SCENARIOS)}")
+    if scenario != "plain" and loopback:
+        raise abort(f"--scenario {scenario} builds namespaces; it cannot run on --loopback")
     try:
         timeouts = timeouts_from(timeout, [], os.environ)
     except TimeoutsError as exc:
@@ -53,7 +64,7 @@ def demo(
     try:
         result = run_demo(nodes, out, check_args, timeouts, os.environ,
                           progress=lambda m: stderr.print(m),
-                          use_netns=False if loopback else None)  # fmt: skip
+                          use_netns=False if loopback else None, scenario=scenario)  # fmt: skip
     except NetLabError as exc:
         raise abort(f"{exc} (try --loopback)", code=3) from None
     if result.report is None:

@@ -78,6 +78,30 @@ class MasterLost:
 
 
 @dataclass
+class MasterSearch:
+    """Whose listener answered at ``--master``'s gate port (the node agent's "whoami"): the node
+    hearing its own nonce back is the master (docs/docker.md#whoami)."""
+
+    gate: str  # "address:port" asked
+    given_rank: int | None  # --node-rank, when the user gave one
+    answered: bool = False  # a nccldoctor listener answered
+    mine: bool = False  # ... and it was this node's own
+    error: str = ""  # the last error while asking
+    own_gate_error: str = ""  # this node could not open its own listener
+    elapsed_s: float = 0.0
+
+    @property
+    def undecided(self) -> bool:
+        """Nobody answered: this node cannot tell whether it is the master."""
+        return self.given_rank is None and not self.answered
+
+    @property
+    def second_master(self) -> bool:
+        """Told it is the master (--node-rank 0) while --master leads to another node's."""
+        return self.given_rank == 0 and self.answered and not self.mine
+
+
+@dataclass
 class RunObserved:
     """One node's observations of its run, for the ``run`` rules."""
 
@@ -86,6 +110,7 @@ class RunObserved:
     gate: str = ""  # "address:port" of the master's listener
     network: NetworkFacts | None = None  # this node's network facts (the port probe's fix)
     reach: ReachResult | None = None
+    master_search: MasterSearch | None = None
     hello: HelloReply | None = None
     port_probe: PortProbe | None = None
     listen_error: str | None = None  # the master's store or listener could not bind its port

@@ -1,4 +1,5 @@
-"""Read Python stack dumps (faulthandler's and py-spy's) into frames, innermost first."""
+"""Read Python stack dumps (faulthandler's and py-spy's) into frames, innermost first; cut
+torch's C++ backtraces out of text meant for a person."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ _FAULTHANDLER_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-
 _PYSPY_THREAD = re.compile(r'^Thread \d+ \((?P<state>[^)]*)\): "(?P<name>[^"]*)"')
 _PYSPY_FRAME = re.compile(r"^    (?P<func>\S+) \((?P<file>[^:()]+):(?P<line>\d+)\)")
 _PYSPY_LOCAL = re.compile(r"^\s{12}(?P<name>\w+): (?P<value>.*)$")
+
+# c10::Error::what() is the message, then the C++ backtrace (c10/util/Exception.cpp,
+# compute_what): "Exception raised from <func> at <file>:<line> (most recent call first):", one
+# "frame #N: ..." line per frame, "<omitting python frames>" where Python's were. torch's C++
+# warnings (TCPStore's retries) print the same block under their one line (docs/design.md#terminal).
+_CPP_TRACE_START = re.compile(r"^\s*Exception raised from \S.* \(most recent call first\):\s*$")
+_CPP_FRAME = re.compile(r"^\s*(frame #\d+: |<omitting python frames>\s*$)")
 
 # Frames from these places are the machinery, not the user's program.
 _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
@@ -98,3 +106,14 @@ def user_frame(frames: list[Frame]) -> Frame | None:
 
 def in_collective(frames: list[Frame]) -> bool:
     return any(f.in_collective for f in frames)
+
+
+def without_cpp_frames(text: str) -> str:
+    """``text`` without torch's C++ backtraces: each "Exception raised from ..." header and
+    every "frame #N" line go; the messages around them stay."""
+    kept = []
+    for line in text.splitlines():
+        if _CPP_TRACE_START.match(line) or _CPP_FRAME.match(line):
+            continue
+        kept.append(line)
+    return "\n".join(kept)

@@ -2,6 +2,10 @@
 
 As root, each node runs the real CLI (``python -m nccldoctor check``) in its own network
 namespace on a bridge (198.18.7.0/24); without root, node agents share the loopback interface.
+A scenario other than "plain" runs the check as users run it in Docker (docs/docker.md#lab):
+"docker-bridge", one container per host on Docker's default bridge with the rendezvous ports
+published on the master's host, each started with nothing but ``--master <that host>``;
+"docker-host", the same containers on the host's network (the fix).
 The namespaces are removed on every way out. Progress goes through a callback (no rich here).
 """
 
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccldoctor.cluster.timeouts import Timeouts
-from nccldoctor.lab.netns import NetLab, netlab_possible
+from nccldoctor.lab.netns import NetLab, NetLabError, netlab_possible
 from nccldoctor.lab.start import free_port_pair, start_check
 from nccldoctor.report import Report, load_report
 
@@ -30,6 +34,11 @@ class DemoResult:
     exit_code: int
 
 
+# scenario -> NetLab's docker mode
+SCENARIOS = {"plain": None, "docker-bridge": "bridge", "docker-host": "host"}
+PORT = 29400  # the store's; the master's listener is the next one
+
+
 def run_demo(
     nodes: int,
     out: Path,
@@ -38,21 +47,28 @@ def run_demo(
     env: Mapping[str, str],
     progress: Callable[[str], None] = lambda message: None,
     use_netns: bool | None = None,
+    scenario: str = "plain",
 ) -> DemoResult:
     """Start ``nodes`` node agents, wait for them (bounded), and read the cluster report."""
-    use_netns = netlab_possible() if use_netns is None else use_netns
+    docker = SCENARIOS[scenario]
+    use_netns = netlab_possible(bool(docker)) if use_netns is None else use_netns
+    if docker and not use_netns:
+        raise NetLabError(f"the {scenario} scenario needs root, ip, unshare and iptables")
     out.mkdir(parents=True, exist_ok=True)
     budget = (timeouts.reach + timeouts.rendezvous + timeouts.bootstrap + timeouts.workers_total()
               + timeouts.heartbeat + timeouts.exit_barrier + 60)  # fmt: skip
-    lab = NetLab(nodes) if use_netns else None
+    lab = NetLab(nodes, docker=docker, publish=(PORT, PORT + 1)) if use_netns else None
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if lab:
-            progress(f"building {nodes} network namespaces on bridge {lab.bridge} (198.18.7.0/24)")
+            progress(
+                f"building {nodes} network namespaces on bridge {lab.bridge} (198.18.7.0/24)"
+                + (f", one Docker container per host ({docker} network)" if docker else "")
+            )
             lab.build()
-            master, port = lab.hosts[0].address, 29400
+            master, port = lab.hosts[0].address, PORT
         else:
             progress("not root: the node agents share the loopback interface")
             master, port = "127.0.0.1", free_port_pair()

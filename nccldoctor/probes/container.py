@@ -163,6 +163,10 @@ def _network(root: Path, facts: ContainerFacts) -> None:
             evidence.append(f"default route via {_ip(default[2])} dev {iface}")
     elif facts.runtime is None or os.path.lexists(under(root, f"/sys/class/net/{iface}/device")):
         facts.network_mode = "host"  # a NIC with a device behind it is the host's own
+    elif under(root, f"/sys/class/net/{iface}/bridge").is_dir():
+        # A bridge lives on the host (a bridge network gives its containers a veth end)
+        facts.network_mode = "host"
+        evidence.append(f"{iface}, on the default route, is a bridge: the host's own interface")
     else:
         facts.network_mode = "unknown"
     facts.network_evidence = evidence

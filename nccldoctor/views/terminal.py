@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import AREA_TITLES, AREAS, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
@@ -83,16 +84,21 @@ def _finding_lines(
         Text(f"    {marks[severity]} {finding.get('title', '')}{where}", style=_STYLES[severity])
     ]
     shown = None if verbose else 3
-    out.extend(Text(f"        {line}", style="dim") for line in group.evidence[:shown])
+    out.extend(Text(f"        {line}", style="dim") for line in _readable(group.evidence)[:shown])
     for node, own in group.per_node:
         out.append(Text(f"        on {node}:", style="dim"))
-        out.extend(Text(f"          {line}", style="dim") for line in own[:shown])
+        out.extend(Text(f"          {line}", style="dim") for line in _readable(own)[:shown])
     if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))
         out.extend(Text(f"        {line}") for line in str(fix).splitlines())
     if verbose:
         out.append(Text(f"      ({finding.get('id')}, {finding.get('category')})", style="dim"))
     return out
+
+
+def _readable(evidence: list[str]) -> list[str]:
+    """torch's C++ frames stay in the document (and the HTML); a terminal gets its messages."""
+    return [line for text in evidence if (line := without_cpp_frames(text))]
 
 
 def _summary(

@@ -15,9 +15,9 @@ def lab(tmp_path: Path) -> Iterator[Callable[[int], Lab]]:
         pytest.skip("needs root and ip netns")
     made: list[Lab] = []
 
-    def build(n: int) -> Lab:
+    def build(n: int, **docker: object) -> Lab:
         made.append(Lab(reports=tmp_path / f"lab{len(made)}"))
-        return made[-1].build(n)
+        return made[-1].build(n, **docker)
 
     try:
         yield build

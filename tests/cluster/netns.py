@@ -88,7 +88,7 @@ class NodeRun:
 @dataclass
 class Lab:
     reports: Path  # each node's --out goes under it
-    subnet: int = field(default_factory=lambda: 20 + secrets.randbelow(200))
+    subnet: int = field(default_factory=lambda: 20 + secrets.randbelow(200))  # never 17 (docker0)
     hosts: list[Host] = field(default_factory=list)
     runs: list[NodeRun] = field(default_factory=list)
     net: NetLab | None = None
@@ -97,8 +97,9 @@ class Lab:
     def tag(self) -> str:
         return self.net.tag if self.net else ""
 
-    def build(self, n: int) -> Lab:
-        self.net = NetLab(n, prefix=f"198.18.{self.subnet}")
+    def build(self, n: int, **docker: object) -> Lab:
+        """``docker``: NetLab's docker, publish and hostname (one Docker container per host)."""
+        self.net = NetLab(n, prefix=f"198.18.{self.subnet}", **docker)  # type: ignore[arg-type]
         self.net.build()
         self.hosts = [Host(h, self.net) for h in self.net.hosts]
         return self

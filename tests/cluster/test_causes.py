@@ -53,7 +53,8 @@ def test_mtu_stall_names_the_mtus_the_sizes_and_the_fix():
     ]
     assert "ip link set dev eth0 mtu 1500   # on n1, n2" in f.fix
     assert "ping -M do -s 8972 -c 1 198.18.0.3" in f.fix  # from n1 to the other jumbo node
-    assert cause.sentence == f.title
+    assert cause.sentence == f"{f.title} (run.mtu-stall)"
+    assert (cause.check, cause.category) == ("run.mtu-stall", "interface_selection")
 
 
 def test_mtu_stall_needs_differing_mtus_and_a_stall_above_the_smaller_one():

@@ -103,8 +103,12 @@ def test_wrong_socket_ifname_on_one_node(lab):
     assert {f["node"] for f in found if f["severity"] == "fail"} == {"node1"}
     assert any("GLOO_SOCKET_IFNAME=ib9" in f["title"] and "eth0" in f["fix"] for f in found)
     assert cluster["hang"]["phase"] == "init"
+    # the missing interface explains the init timeout: it leads, the rank's end follows
+    assert cluster["hang"]["cause"] == {"check": "socket.ifname-missing",
+                                        "category": "interface_selection"}  # fmt: skip
     assert cluster["hang"]["verdict"].startswith(
-        "rank 1 on node node1 failed in init_process_group"
+        "on node node1, NCCL_SOCKET_IFNAME=ib9 matches no interface: NCCL init will fail "
+        "(socket.ifname-missing): rank 1 on node node1 failed in init_process_group"
     )
 
 

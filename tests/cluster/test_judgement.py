@@ -28,6 +28,13 @@ def test_plan_world_names_missing_ranks_and_clashes():
     assert "b asked for node rank 0" in clash.abort
 
 
+def test_plan_world_tells_nodes_with_one_hostname_apart_by_node_rank():
+    same = plan_world("r", "gloo", [entry(0, "trainer", 0), entry(1, "trainer"), entry(2, "x")], 3)
+    assert [n.name for n in same.nodes] == ["trainer#0", "trainer#1", "x"]
+    assert [n.name for n in plan_world("r", "gloo", [entry(0, "a", 0), entry(1, "b")], 2).nodes] \
+        == ["a", "b"]  # fmt: skip
+
+
 def test_plan_world_auto_backend_is_nccl_only_when_every_node_has_cuda():
     assert (
         plan_world("r", "auto", [entry(0, "a", 0, cuda=True), entry(1, "b", cuda=True)], 2).backend

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import secrets
 import select
 import socket
 import threading
@@ -47,6 +48,7 @@ class Gate:
     def __init__(self, port: int, token: str | None, run_id: str, bind: str = "0.0.0.0") -> None:
         self._token = token
         self._run_id = run_id
+        self.nonce = secrets.token_hex(8)  # answers "whoami": is this listener the asker's own?
         self._lock = threading.Lock()
         self._tcp_turn = threading.Lock()  # one throughput stream at a time: they share the wire
         self.hellos: list[Hello] = []
@@ -123,6 +125,8 @@ class Gate:
                     )
                     reply = {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
                     _send(conn, {**reply, "probe_port": self.probe_port})
+                elif request.get("op") == "whoami":
+                    _send(conn, {"ok": True, "nonce": self.nonce})
                 elif request.get("op") == "note":
                     self._note(str(request.get("node", "?")), peer, str(request.get("error", "")))
                 elif request.get("op") == "dial":
@@ -196,6 +200,24 @@ def say_hello(
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() + 0.5 >= deadline:
             return HelloReply(False, error=last)
+        time.sleep(0.5)
+
+
+def whose_gate(
+    master: str, port: int, node: str, token: str | None, deadline: float
+) -> tuple[str | None, str]:
+    """The nonce of the listener answering at ``master``:``port`` ("" when it refused our token:
+    not ours, then), or None and the last error once ``deadline`` (monotonic) passed."""
+    last = "no attempt"
+    while True:
+        try:
+            message = {"op": "whoami", "node": node, "token": token or ""}
+            reply = _request(master, port, message, deadline)
+            return (str(reply["nonce"]), "") if reply.get("ok") else ("", str(reply.get("error")))
+        except (OSError, ValueError, KeyError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() + 0.5 >= deadline:
+            return None, last
         time.sleep(0.5)
 
 

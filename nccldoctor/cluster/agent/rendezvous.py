@@ -149,9 +149,10 @@ def plan_world(run_id: str, backend: str, entries: list[NodeEntry], expected: in
         if entry.requested_rank is None or taken.get(entry.requested_rank) is not entry:
             taken[next(free)] = entry
     nodes, offset = [], 0
+    names = unique_names({rank: e.name for rank, e in taken.items()})
     for rank in sorted(taken):
         e = taken[rank]
-        nodes.append(WorldNode(rank, e.slot, e.name, e.advertised, e.seen, e.procs, offset))
+        nodes.append(WorldNode(rank, e.slot, names[rank], e.advertised, e.seen, e.procs, offset))
         offset += e.procs
     if backend == "auto":
         backend = "nccl" if entries and all(e.cuda for e in entries) else "gloo"
@@ -164,6 +165,21 @@ def plan_world(run_id: str, backend: str, entries: list[NodeEntry], expected: in
         world.abort = "node ranks clash: " + "; ".join(clashes)
     world.missing += [f"{e.name} (late: the world was full)" for e in extra]
     return world
+
+
+def unique_names(names: dict[int, str]) -> dict[int, str]:
+    """node rank -> a name no other node has: containers started with one --hostname (or
+    hosts cloned from one image) share their name, so a shared name gets ``#<node rank>``."""
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {r: f"{n}#{r}" if counts[n] > 1 else n for r, n in names.items()}
+
+
+def given_name(world_name: str) -> str:
+    """The name a node joined under (a hostname never holds "#")."""
+    base, mark, rank = world_name.rpartition("#")
+    return base if mark and rank.isdigit() else world_name
 
 
 def wait_world(store: Any, keys: Keys, timeout_s: float) -> World:

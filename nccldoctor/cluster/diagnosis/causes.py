@@ -12,7 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from checks.cluster import advertised, advertised_address_shared
+from checks.container import bridge_network
+from checks.master import master_nat_bridge
 from checks.netfacts import interface_named, master_interface
+from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
 from nccldoctor.model import Finding, Severity
@@ -25,6 +29,8 @@ IP_TCP_HEADERS = 40  # an IPv4 + TCP header without options: MTU 1500 carries 14
 class Cause:
     sentence: str  # leads the hang verdict
     findings: list[Finding] = field(default_factory=list)  # new findings that prove it
+    check: str = ""  # the finding (check id) the sentence rests on
+    category: str = ""
 
 
 def judge(
@@ -34,10 +40,73 @@ def judge(
     tcp_gbps: Mapping[str, float],
     master: str | None = None,
 ) -> Cause | None:
-    """The first network cause that explains the stopped ranks, or None."""
+    """The first network cause that explains the stopped ranks, or None. Root causes first:
+    NAT and a shared advertised address explain refused ephemeral connections and init
+    timeouts; a missing interface explains a bootstrap timeout (docs/design.md#verdict)."""
     if all(r["state"] == "ok" for r in ranks):
         return None
-    return ports_blocked(port_probes, facts, master) or mtu_stall(facts, ranks, tcp_gbps)
+    return (
+        docker_nat(facts, ranks)
+        or interface_missing(facts)
+        or ports_blocked(port_probes, facts, master)
+        or mtu_stall(facts, ranks, tcp_gbps)
+    )
+
+
+def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]]) -> Cause | None:
+    """Nodes behind Docker NAT: one address advertised by several nodes (a rank's connection
+    to it stays home), or one node's private address that its peers cannot reach."""
+    if advertised_address_shared(list(facts)):
+        groups: dict[str, list[str]] = {}
+        for f in facts:
+            groups.setdefault(advertised(f) or "", []).append(f.node)
+        address, nodes = next((a, n) for a, n in groups.items() if a and len(n) > 1)
+        who = "both nodes" if len(nodes) == len(facts) == 2 else f"nodes {', '.join(nodes)}"
+        home = [r for r in ranks if r["node"] in nodes and address in (r.get("error") or "")]
+        reached = (
+            f"rank {home[0]['rank']}'s connection to it reached itself"
+            if home
+            else "a rank's connection to it reaches its own node"
+        )
+        return Cause(
+            f"{who} advertise {address} from behind Docker NAT: {reached} "
+            "(cluster.advertised-address-shared)",
+            check="cluster.advertised-address-shared",
+            category="docker_network",
+        )
+    for f in facts:
+        for rule, check_id in ((bridge_network, "container.bridge-network"),
+                               (master_nat_bridge, "master.nat-bridge")):  # fmt: skip
+            if rule(f):
+                seen = f" (the master sees {f.network.seen_by_master})" if (
+                    f.network.seen_by_master) else ""  # fmt: skip
+                return Cause(
+                    f"node {f.node} advertises {advertised(f) or 'a private address'} from behind "
+                    f"Docker NAT{seen}: the other nodes' ranks cannot connect back ({check_id})",
+                    check=check_id,
+                    category="docker_network",
+                )
+    return None
+
+
+def interface_missing(facts: Sequence[NodeFacts]) -> Cause | None:
+    """NCCL_SOCKET_IFNAME names no interface of a node: NCCL cannot bootstrap there."""
+    for f in facts:
+        problem = ifname_missing(f)
+        if problem:
+            return Cause(
+                f"on node {f.node}, {problem.title} (socket.ifname-missing)",
+                check="socket.ifname-missing",
+                category="interface_selection",
+            )
+    return None
+
+
+def verdict_args(cause: Cause | None) -> tuple[str | None, dict[str, str] | None]:
+    """``cause`` as ``verdict.hang_section`` takes it: the sentence and what it rests on."""
+    if cause is None:
+        return None, None
+    return cause.sentence, {"check": cause.check, "category": cause.category}
 
 
 def ports_blocked(
@@ -65,7 +134,9 @@ def ports_blocked(
         named.append(f"{who} ({span[0]}-{span[1]})" if span else who)
     return Cause(
         f"connections to ephemeral ports on {' and '.join(named)} are dropped while the "
-        "rendezvous ports pass (run.ephemeral-port-blocked), so the workers' own connections hung"
+        "rendezvous ports pass (run.ephemeral-port-blocked), so the workers' own connections hung",
+        check="run.ephemeral-port-blocked",
+        category="firewall_or_port",
     )
 
 
@@ -122,7 +193,8 @@ def mtu_stall(
         f"Check the path from {jumbo[0]}: ping -M do -s {high - 28} -c 1 {peer}  (must answer)",
         area="network",
     )
-    return Cause(finding.title, [finding])
+    return Cause(f"{finding.title} (run.mtu-stall)", [finding], "run.mtu-stall",
+                 "interface_selection")  # fmt: skip
 
 
 def _link(facts: NodeFacts) -> Interface | None:

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from nccldoctor.cluster.agent.gate import Hello
-from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
+from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, given_name
 from nccldoctor.model import Finding, Severity
 
 SKEW_WARN_S = 5.0
@@ -19,7 +19,7 @@ SKEW_WARN_S = 5.0
 def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> list[Finding]:
     """The master's view: refused nodes, nodes that never arrived, node-rank clashes."""
     findings = []
-    joined = {(n.name, n.seen) for n in world.nodes}
+    joined = {(name, n.seen) for n in world.nodes for name in (n.name, given_name(n.name))}
     for h in hellos:
         if not h.accepted:
             findings.append(

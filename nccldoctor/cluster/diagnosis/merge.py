@@ -127,10 +127,12 @@ def merge_reports(
             _read_world(section, cluster, listed, worlds)
             listed_missing += [str(n) for n in section.get("missing_nodes") or []]
     if gathered is not None:
+        named = {n.slot: n.name for n in gathered.world.nodes} if gathered.world else {}
         for entry in sorted(gathered.entries, key=lambda e: e.slot):
-            if entry.facts.get("node") not in nodes:  # a node lost after it joined
-                facts = from_dict(NodeFacts, entry.facts)
-                nodes[facts.node] = facts
+            name = named.get(entry.slot, entry.name)  # the world's name: unique
+            if name not in nodes:  # a node lost after it joined
+                nodes[name] = from_dict(NodeFacts, entry.facts)
+                nodes[name].node = name
         wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
 
     ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))
@@ -154,7 +156,8 @@ def merge_reports(
         findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
         master = (first.extra.get("run") or {}).get("node")
         cause = causes.judge(facts, ranks, probes, wire, master=master)
-        hang = verdict.hang_section(ranks, lost_sentences, cause.sentence if cause else None)
+        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause),
+                                    lost_of=NODE_LOST)  # fmt: skip
         if ranks:
             area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
         judged += [
@@ -265,9 +268,12 @@ def _gathered_findings(gathered: Gathered) -> list[Finding]:
     return [*joined, *skew_findings(gathered.entries)]
 
 
+NODE_LOST = {"check": "run.node-lost", "category": "remote_peer_closed"}
+
+
 def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
     return Finding(
-        "run.node-lost",
+        "run.node-lost",  # NODE_LOST; a literal, for the field guide's catalogue
         "remote_peer_closed",
         Severity.FAIL,
         f"node {name} (node rank {node_rank}) stopped reporting during its {phase} phase",

@@ -49,6 +49,18 @@ class NodeRun:
     def __post_init__(self) -> None:
         self.observed = RunObserved(self.node, self.port)
 
+    def rename(self, name: str) -> None:
+        """The world's name for this node (its hostname with its node rank, when another
+        node has the same: rendezvous.unique_names) on everything said so far."""
+        old, self.node, self.observed.node = self.node, name, name
+        if self.facts is not None:
+            self.facts.node = name
+        for item in (*self.findings, *self.phases):
+            if isinstance(item, dict) and item.get("node") == old:
+                item["node"] = name
+            elif isinstance(item, Finding) and item.node == old:
+                item.node = name
+
 
 # Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
 # address the master saw): preflight's predictions are replaced by their judgement of the
@@ -62,6 +74,8 @@ RUN_MEASURED = (
 
 
 RUN_STOPPED = "run.incomplete"
+# gather.py names the lost master in run.lost; run.master-lost is its finding
+MASTER_LOST = {"check": "run.master-lost", "category": "remote_peer_closed"}
 
 
 def build_node_report(
@@ -113,7 +127,7 @@ def build_node_report(
             "bandwidth": bandwidth,
             "ranks": run.ranks,
             "hang": verdict.hang_section(
-                run.ranks, run.lost, cause=cause.sentence if cause else None
+                run.ranks, run.lost, *causes.verdict_args(cause), lost_of=MASTER_LOST
             ),
             "mnist": results.mnist_section(run.worker_results),
             "nccl": nccl,

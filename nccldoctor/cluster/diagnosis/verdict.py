@@ -23,15 +23,25 @@ VERDICT_GROUPS = 4
 
 
 def hang_section(
-    ranks: list[dict[str, Any]], lost: Sequence[str] = (), cause: str | None = None
+    ranks: list[dict[str, Any]],
+    lost: Sequence[str] = (),
+    cause: str | None = None,
+    cause_of: dict[str, str] | None = None,
+    lost_of: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The report's ``hang`` section (docs/report.md): null when every rank ended well and no node was lost.
-    ``cause`` (see ``causes``), when the network explains the stop, leads the verdict."""
+    ``cause`` (see ``causes``), when the network explains the stop, leads the verdict;
+    ``cause_of`` ({"check", "category"}) names the finding it rests on, ``lost_of`` the one
+    behind the ``lost`` sentences, when a lost node explains every rank's end."""
     ordered = culprits(ranks, WORKER_PHASES)
     if not ordered and not lost:
         return None
+    rests_on = cause_of if cause else None
     if lost_is_cause(ordered, lost):
         sentences = [*lost, *_consequences(ordered)]
+        if not cause and lost_of:  # a dead node explains its peers' errors
+            sentences[0] = f"{sentences[0]} ({lost_of['check']})"
+            rests_on = lost_of
     else:
         sentences = [sentence(r, True) for r in ordered[:1]]
         sentences += _consequences(ordered[1:]) + list(lost)
@@ -50,6 +60,7 @@ def hang_section(
             if r["state"] == "stuck"
         ],
         "verdict": "; ".join(sentences) + ".",
+        **({"cause": rests_on} if rests_on else {}),
     }
 
 

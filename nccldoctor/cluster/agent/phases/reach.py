@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from nccldoctor.cluster.agent import gate, rendezvous
+from nccldoctor.cluster.agent import gate, rendezvous, whoami
 from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
 from nccldoctor.meet import is_local
@@ -22,9 +22,13 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         raise PhaseFailed(f"reach: {result.resolve_error}")
     address = result.addresses[0]
     run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
+    if c.node_rank is None and not run.is_master:
+        _find_master(state, address, deadline)
     row["detail"] = f"{result.interface} → {address}:{c.port}"
     if run.is_master:
         _host(state)
+        if c.node_rank == 0:
+            _check_alone(state, result, address)
     else:  # hello first: the master learns of this node even when its store port is blocked
         _hello(state, result, deadline)
     connect(result, c.port, max(deadline, time.monotonic() + 3))
@@ -58,14 +62,40 @@ def _hello(state: AgentState, result: ReachResult, deadline: float) -> None:
         run.run_id = reply.run_id
 
 
-def _host(state: AgentState) -> None:
-    """The master's store and gate, up before anyone can knock."""
+def _find_master(state: AgentState, address: str, deadline: float) -> None:
+    """No node owns ``address`` (Docker NAT): the master is the node whose own gate answers
+    there (whoami); a node that cannot tell stops and says how to tell it."""
+    run = state.run
+    run.run_id = uuid.uuid4().hex[:12]
+    state.gate, found = whoami.search(state.config, address, run.run_id, deadline)
+    run.observed.master_search, run.is_master = found, state.gate is not None
+    if found.undecided:
+        raise PhaseFailed(f"reach: cannot tell whether this node is the master: no "
+                          f"nccldoctor answered at {found.gate} ({found.error})")  # fmt: skip
+
+
+def _check_alone(state: AgentState, result: ReachResult, address: str) -> None:
+    """``--node-rank 0``: stop when ``--master`` leads to another node's gate, and tell that
+    node why this one will not join."""
     c = state.config
-    state.run.run_id = uuid.uuid4().hex[:12]
+    assert state.gate is not None  # _host made it
+    found = whoami.check_alone(c, address, state.gate)
+    state.run.observed.master_search = found
+    if found.second_master:
+        _hello(state, result, time.monotonic() + 3)
+        why = f"started as the master (--node-rank 0) too, but --master leads to {found.gate}"
+        gate.send_note(address, c.gate_port, state.run.node, c.token, why)
+        raise PhaseFailed(f"reach: {why}, another node's nccldoctor")
+
+
+def _host(state: AgentState) -> None:
+    """The master's store and gate (kept from whoami's search), up before anyone knocks."""
+    c = state.config
+    state.run.run_id = state.run.run_id or uuid.uuid4().hex[:12]
     budget = c.timeouts.rendezvous + c.timeouts.workers_total() + c.timeouts.exit_barrier
     try:
         state.store = rendezvous.host_store(c.port, budget)
-        state.gate = gate.Gate(c.gate_port, c.token, state.run.run_id)
+        state.gate = state.gate or gate.Gate(c.gate_port, c.token, state.run.run_id)
     except Exception as exc:
         state.run.observed.listen_error = str(exc)
         raise PhaseFailed(f"reach: {exc}") from exc

@@ -41,6 +41,8 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     run.world = world
     me = world.node(slot)
     run.node_rank = me.node_rank if me else None
+    if me and me.name != run.node:  # another node has this one's name
+        run.rename(me.name)
     row["detail"] = f"{len(world.nodes)} node(s), world size {world.world_size}"
     if world.abort:
         raise PhaseFailed(f"rendezvous: {world.abort}")
