@@ -70,7 +70,7 @@ def test_mtu_black_hole_stalls_large_collectives(lab):
     assert "ip link set dev eth0 mtu 1500   # on node1, node2" in stall["fix"]
     assert f"ping -M do -s 8972 -c 1 {lab.hosts[2].address}" in stall["fix"]
     assert cluster["hang"]["phase"] == sizes["phase"]
-    assert cluster["hang"]["verdict"].startswith(stall["title"] + ": rank ")
+    assert cluster["hang"]["verdict"].startswith(stall["title"] + " (run.mtu-stall): rank ")
 
 
 def rendezvous_only_firewall(host):
