@@ -8,6 +8,9 @@ function over one *subject*, named by its scope:
 - ``run``: what a node's cluster run observed before and around its workers (reach, the
   master's listener, rendezvous, port probes);
 - ``ranks``: how the ranks of a run ended (the workers' outcomes, the hang analysis);
+- ``world``: what the master saw of the nodes (who joined, was refused or never joined the
+  store, their clocks, the nodes lost, the MTU beside where the ranks stopped, the files a
+  merge of node reports read: :class:`~nccldoctor.facts.world.WorldSeen`);
 - ``logs``: the summary of NCCL/PyTorch logs (one job's ranks, or pasted logs);
 - ``job``: what `nccldoctor watch` saw of the user's own job;
 - ``flightrec``: PyTorch Flight Recorder dumps matched across ranks (a ticket's, or the ones
@@ -36,9 +39,8 @@ from typing import Any, Literal, get_args
 
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
-Scope = Literal[
-    "node", "cluster", "run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"
-]
+Scope = Literal["node", "cluster", "run", "ranks", "world", "logs", "job", "flightrec",
+                "nccl_tests", "ras", "bandwidth"]  # fmt: skip
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
@@ -140,7 +142,7 @@ _NOT_CHECKS = frozenset({"signatures"})
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
 _SCOPE_MODULES: frozenset[str] = frozenset(
-    {"run", "ranks", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"}
+    {"run", "ranks", "world", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"}
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -14,8 +15,7 @@ import pytest
 from checks import Check, Problem, all_checks
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
-from nccldoctor.docs.emitted import emitted_findings
-from nccldoctor.docs.pages import render_check_page, render_emitted_page, render_index
+from nccldoctor.docs.pages import render_check_page, render_index
 from nccldoctor.docs.refs import load_refs
 from nccldoctor.model import CATEGORIES, Severity
 
@@ -84,12 +84,14 @@ def test_missing_background_table_is_a_clear_error(tmp_path):
     assert "p2p_error" in result.stderr and "p2p_typo" in result.stderr
 
 
-def test_every_check_signature_and_built_finding_has_its_page():
-    checks, signatures, emitted = catalogue()
-    assert "run.clock-skew" in {e.id for e in emitted}
-    # registered job- and logs-scope checks now
+def test_every_check_and_signature_has_its_page():
+    checks, signatures = catalogue()
+    # the master's findings are rules too (world scope), the job's and the logs' as well
+    world = {"report.merged", "run.clock-skew", "run.mtu-stall", "run.node-lost",
+             "run.node-never-joined", "run.node-refused", "run.nodes-missing"}  # fmt: skip
+    assert {c.id for c in checks if c.scope == "world"} == world
     assert {"watch.hang", "logs.init-incomplete"} <= {c.id for c in checks}
-    for entry in [*checks, *signatures, *emitted]:
+    for entry in [*checks, *signatures]:
         page = REPO / finding_doc_path(entry.id)
         assert page.is_file(), f"{entry.id}: no {page}"
         assert f"# `{entry.id}`" in page.read_text()
@@ -237,33 +239,60 @@ def test_signature_page_shows_pattern_cause_fix_and_references():
             assert reference.split("#")[0] in page
 
 
-def test_emitted_findings_reads_literal_ids_from_real_source(tmp_path):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "mod.py").write_text(
-        "def verdict(r, node):\n"
-        "    yield Finding(\n"
-        '        "run.nat", "docker_network", Severity.FAIL, f"node {node} sits behind NAT",\n'
-        '        [], "Run with --network host.", area="network",\n'
-        "    )\n"
-        '    yield Finding(id="run.a" if r else "run.b", category="other", severity=None,\n'
-        '                  title="t")\n'
-        '    yield _finding("logs.x", "env_config", None, "ranks disagree", [], "fix it")\n'
-        '    yield _case("run", "run.completed")\n'
-        "    yield Finding(r.id, 'other', None, 'computed id')\n"
-    )
-    found = {e.id: e for e in emitted_findings(package, tmp_path)}
-    assert sorted(found) == ["logs.x", "run.a", "run.b", "run.nat"]
-    nat = found["run.nat"]
-    assert (nat.module, nat.category, nat.area) == ("pkg/mod.py", "docker_network", "network")
-    assert (nat.title, nat.fix) == ("node … sits behind NAT", "Run with --network host.")
-    assert found["logs.x"].category == "env_config" and found["logs.x"].area is None
+def _findings_built_here(source: str) -> list[str]:
+    """Where ``source`` builds a finding itself: a call of ``Finding(...)`` (or
+    ``model.Finding(...)``), ``Finding.from_dict`` of a dict written out in the code, or
+    ``replace(finding, id=...)``. Loading a document's findings (``from_dict(f)``) and
+    changing a finding's severity or title (the gloo relaxing) are not."""
+    built = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        owner = getattr(func, "value", None)
+        from_finding = getattr(owner, "id", getattr(owner, "attr", "")) == "Finding"
+        if (
+            name == "Finding"
+            or (
+                name == "from_dict"
+                and from_finding
+                and any(isinstance(a, ast.Dict) for a in node.args)
+            )
+            or (name == "replace" and any(k.arg == "id" for k in node.keywords))
+        ):
+            built.append(f"line {node.lineno}: {ast.unparse(node)[:80]}")
+    return built
 
-    page = render_emitted_page(nat, load_refs(DOCS))
-    assert "**node … sits behind NAT**" in page
-    assert "nccldoctor check --master ADDR --nodes N" in page
-    assert "Run with --network host." in page
-    assert "(README.md#built-run)" in page
+
+def test_the_scan_sees_a_finding_built_by_hand():
+    source = (
+        "from nccldoctor import model\n"
+        'a = Finding("run.nat", "docker_network", Severity.FAIL, "behind NAT")\n'
+        'b = model.Finding(id="run.x", category="other", severity=None, title="t")\n'
+        'c = Finding.from_dict({"id": "run.y", "category": "other"})\n'
+        'd = dataclasses.replace(a, id="run.z")\n'
+        "e = Finding.from_dict(loaded)\n"
+        'f = dataclasses.replace(a, title=a.title + " (on gloo)")\n'
+    )
+    assert [line.split(":")[0] for line in _findings_built_here(source)] == [
+        "line 2", "line 3", "line 4", "line 5"]  # fmt: skip
+
+
+def test_no_finding_is_built_outside_the_registry():
+    """A finding is born in exactly one registered rule (docs/design.md#data-flow): the runner
+    in checks/__init__.py turns each rule's Problems into Findings; nothing else builds one,
+    so the registry (and the field guide made from it) knows every finding id there is."""
+    runner = REPO / "checks" / "__init__.py"
+    sources = sorted((REPO / "nccldoctor").rglob("*.py")) + sorted((REPO / "checks").glob("*.py"))
+    assert len(sources) > 100 and runner in sources
+    built = {
+        path.relative_to(REPO).as_posix(): found
+        for path in sources
+        if path != runner and (found := _findings_built_here(path.read_text(encoding="utf-8")))
+    }
+    assert not built, built
+    assert _findings_built_here(runner.read_text(encoding="utf-8"))  # the runner does build them
 
 
 COMMAND = re.compile(r"\bnccldoctor ([a-z]+)\b([^`\n|]*)")

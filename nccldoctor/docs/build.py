@@ -7,47 +7,31 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import nccldoctor
 from nccldoctor.docs import FINDINGS_DIR, finding_doc_path
-from nccldoctor.docs.emitted import EmittedFinding, emitted_findings
-from nccldoctor.docs.pages import (
-    INDEX_NAME,
-    render_check_page,
-    render_emitted_page,
-    render_index,
-    render_signature_page,
-)
+from nccldoctor.docs.pages import INDEX_NAME, render_check_page, render_index, render_signature_page
 from nccldoctor.docs.refs import load_notes, load_refs
 
 DEFAULT_DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def catalogue() -> tuple[list[Any], list[Any], list[EmittedFinding]]:
-    """The registered checks, the log signatures and the findings built in the code, by id."""
+def catalogue() -> tuple[list[Any], list[Any]]:
+    """The registered checks and the log signatures, by id: every finding id there is."""
     from checks import all_checks
     from checks.signatures import SIGNATURES
 
     signatures = sorted(SIGNATURES, key=lambda s: s.id)
     catalogued = {s.id for s in signatures}  # registered as rules too, with pages of their own
     checks = [c for c in all_checks() if c.id not in catalogued]
-    registered = {e.id for e in [*checks, *signatures]}
-    package = Path(nccldoctor.__file__).resolve().parent
-    emitted = [e for e in emitted_findings(package, package.parent) if e.id not in registered]
-    return checks, signatures, emitted
+    return checks, signatures
 
 
-def generate(
-    docs_dir: Path,
-    checks: Iterable[Any],
-    signatures: Iterable[Any],
-    emitted: Iterable[EmittedFinding] = (),
-) -> dict[str, str]:
+def generate(docs_dir: Path, checks: Iterable[Any], signatures: Iterable[Any]) -> dict[str, str]:
     """Every generated file, as ``{path relative to docs_dir: text}``."""
-    checks, signatures, emitted = list(checks), list(signatures), list(emitted)
+    checks, signatures = list(checks), list(signatures)
     refs = load_refs(docs_dir)
     pages: dict[str, str] = {}
-    for entry in [*checks, *signatures, *emitted]:
+    for entry in [*checks, *signatures]:
         own_page = finding_doc_path(entry.id) == f"{FINDINGS_DIR}/{entry.id}.md"
         if not _SAFE_ID.match(entry.id) or not own_page:
             raise ValueError(f"finding id {entry.id!r} cannot name a page")
@@ -68,10 +52,7 @@ def generate(
     for s in signatures:
         related = [c for c in beforehand if c.category == s.category]
         pages[f"findings/{s.id}.md"] = render_signature_page(s, refs, related, notes.get(s.id, ""))
-    for e in emitted:
-        related = [c for c in beforehand if c.category == e.category]
-        pages[f"findings/{e.id}.md"] = render_emitted_page(e, refs, related, notes.get(e.id, ""))
-    pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs, emitted)
+    pages[f"findings/{INDEX_NAME}"] = render_index(checks, signatures, refs)
     return pages
 
 

@@ -143,6 +143,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over how the ranks of a cluster run ended (`nccldoctor check`)",
         "nccldoctor check --master ADDR --nodes N",
     ),
+    "world": (
+        "where the node reports are merged, over what was seen of every node: on the master "
+        "(`nccldoctor check`) and in `nccldoctor report merge`",
+        "nccldoctor check --master ADDR --nodes N\nnccldoctor report merge NODE.json... -o report.html",
+    ),
     "logs": (
         "over the summary of NCCL logs (`nccldoctor explain`, and inside `nccldoctor check`)",
         "nccldoctor explain LOG...",
@@ -256,65 +261,10 @@ def render_signature_page(
     return _page(parts + _background(ref, sig.category))
 
 
-_RAISED_BY = {
-    "run": ("the cluster run", "nccldoctor check --master ADDR --nodes N"),
-    "logs": ("the NCCL log reader", "nccldoctor explain LOG..."),
-    "watch": ("the job watcher", "nccldoctor watch -- <your launch command>"),
-    "report": ("the report merge", "nccldoctor report merge NODE.json... -o report.html"),
-}
-
-
-def _raised_by(finding: Any) -> str:
-    """The key of ``_RAISED_BY`` for a built finding: its id's prefix, "run" when unknown."""
-    prefix = finding.id.split(".", 1)[0]
-    return prefix if prefix in _RAISED_BY else "run"
-
-
-def emitted_area(finding: Any) -> str:
-    """The area a built finding is shown under: its ``area=``, else its id's prefix."""
-    prefix = finding.id.split(".", 1)[0]
-    return finding.area or (prefix if prefix in AREAS else "run")
-
-
-def render_emitted_page(
-    finding: Any, refs: Mapping[str, CategoryRef], checks: Sequence[Any] = (), note: str = ""
-) -> str:
-    """The page of a finding id built in the code (a ``docs.emitted.EmittedFinding``)."""
-    key = _raised_by(finding)
-    who, command = _RAISED_BY[key]
-    area = emitted_area(finding)
-    ref = refs.get(finding.category or "")
-    category = f"`{finding.category}`: {ref.title}" if ref else "chosen at run time"
-    parts = _header(finding.id, f"[{who[:1].upper() + who[1:]}](README.md#built-{key})")
-    parts += [f"**{_cell(finding.title) or 'A finding of ' + who + '.'}**", ""]
-    parts += [
-        _table(
-            [
-                ("kind", f"finding of {who} (`{' '.join(command.split()[:2])}`)"),
-                ("area", f"{AREA_TITLES.get(area, area)} (`{area}`)"),
-                ("category", category),
-                ("defined in", f"`{finding.module}`"),
-            ]
-        ),
-        "",
-    ]
-    if "…" in finding.title:
-        parts += ["In a report the `…` are filled in with what was found on your nodes.", ""]
-    parts += _note(note)
-    if finding.fix:
-        parts += ["## Fix", "", "As the report gives it:", "", _fence(finding.fix), ""]
-    parts += ["## Run it", "", _fence(command, "bash"), ""]
-    if ref:
-        parts += _related("Checks that look for this before a job runs", checks)
-        parts += _background(ref, finding.category)
-    return _page(parts)
-
-
 def render_index(
     checks: Sequence[Any],
     signatures: Sequence[Any],
     refs: Mapping[str, CategoryRef],
-    emitted: Sequence[Any] = (),
 ) -> str:
     """``docs/findings/README.md``: checks by area, signatures by category, the categories."""
     parts = [
@@ -327,8 +277,7 @@ def render_index(
         "fix it. Severities: `ok`, `info`, `warn`, `fail` (exit code 1). Back to the "
         "[field guide](../README.md).",
         "",
-        f"{len(checks)} checks, {len(signatures)} log signatures, {len(emitted)} findings of "
-        "the run, the log reader and the watcher.",
+        f"{len(checks)} checks and {len(signatures)} log signatures.",
         "",
         "## Checks",
         "",
@@ -364,31 +313,11 @@ def render_index(
                 for s in in_category
             ]
             parts.append("")
-    parts += [
-        "## Findings of the run, the log reader and the watcher",
-        "",
-        "Built by `nccldoctor check` (`run.*`), `nccldoctor explain` (`logs.*`), "
-        "`nccldoctor watch` (`watch.*`) and the report merge (`report.*`).",
-        "",
-    ]
-    for prefix, (who, _) in _RAISED_BY.items():
-        mine = [e for e in emitted if _raised_by(e) == prefix]
-        if mine:
-            parts += [f'<a id="built-{prefix}"></a>', "", f"### {who[:1].upper() + who[1:]}", ""]
-            parts += ["| id | category | title in a report |", "|---|---|---|"]
-            parts += [
-                f"| [`{e.id}`]({e.id}.md) "
-                f"| {f'[`{e.category}`](#category-{e.category})' if e.category else 'at run time'} "
-                f"| {_cell(e.title) or 'written at run time'} |"
-                for e in mine
-            ]
-            parts.append("")
     parts += ["## Categories", ""]
     for category in CATEGORIES:
         ref = refs[category]
         ids = [c.id for c in checks if c.category == category]
         ids += [s.id for s in signatures if s.category == category]
-        ids += [e.id for e in emitted if e.category == category]
         parts += [f'<a id="category-{category}"></a>', "", f"### {ref.title} (`{category}`)", ""]
         parts += [link_refs(ref.background), ""]
         if ids:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import format_bytes
+from nccldoctor.units import format_bytes
 
 # banner key -> heading; the key is also the CSS class of the HTML banner.
 BANNERS = {

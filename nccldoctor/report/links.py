@@ -13,7 +13,7 @@ from typing import Any
 from checks.linkrates import EXPECTED, link_budget, of_what, percent
 from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.report.shape import items, section
-from nccldoctor.report.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
+from nccldoctor.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
 
 
 def links_section(

@@ -10,7 +10,7 @@ from typing import Any
 
 from nccldoctor.report.document import NOTES_KEY, SCHEMA_VERSION, Report, with_summaries
 from nccldoctor.report.shape import items, section
-from nccldoctor.report.units import format_bytes
+from nccldoctor.units import format_bytes
 
 # Version 3 put the unit in every rate's name; the values of version 2 stay as they were: the
 # TCP probe always measured Gbit/s (cluster/agent/tcpprobe.py), only its name said GB/s.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nccldoctor.facts import NodeFacts
-from nccldoctor.report.units import format_bytes
+from nccldoctor.units import format_bytes
 
 
 def area_status(facts: NodeFacts) -> dict[str, str]:

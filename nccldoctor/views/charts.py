@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.report.units import GBps_of_Gbitps, format_bytes, format_Gbitps, format_GBps
+from nccldoctor.units import GBps_of_Gbitps, format_bytes, format_Gbitps, format_GBps
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kind
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.report.units import (
+from nccldoctor.units import (
     UNKNOWN,
     format_bytes,
     format_Gbitps,

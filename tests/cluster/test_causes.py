@@ -11,6 +11,7 @@ from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
 from nccldoctor.facts.run import PortProbe, RunObserved
+from nccldoctor.facts.world import WorldSeen, stalls
 from tests.ports import free_port
 
 
@@ -34,10 +35,17 @@ NODES = [node("n0", 1500, "198.18.0.1"), node("n1", 9000, "198.18.0.2"),
          node("n2", 9000, "198.18.0.3")]  # fmt: skip
 
 
+def mtu_findings(facts, ranks, tcp_gbps=None):
+    """The ``world`` rules over every node's Facts and the ranks' ends, as the master runs them."""
+    return run_checks("world", WorldSeen(facts, stalls(ranks), tcp_gbps or {}))
+
+
 def test_mtu_stall_names_the_mtus_the_sizes_and_the_fix():
     ranks = [rank(0, "n0", in_flight=262148, passed=4096), rank(1, "n1", in_flight=262148,
              passed=4096), rank(2, "n2", state="ok")]  # fmt: skip
-    cause = causes.mtu_stall(NODES, ranks, {"n1": 0.9, "n2": 0.7})
+    found = mtu_findings(NODES, ranks, {"n1": 0.9, "n2": 0.7})
+    cause = causes.mtu_stall(found)
+    assert cause.findings == found
     (f,) = cause.findings
     assert (f.id, f.category, f.severity.value) == ("run.mtu-stall", "interface_selection", "fail")
     assert f.title == (
@@ -60,13 +68,22 @@ def test_mtu_stall_names_the_mtus_the_sizes_and_the_fix():
 def test_mtu_stall_needs_differing_mtus_and_a_stall_above_the_smaller_one():
     big = [rank(1, "n1", in_flight=262148, passed=4096)]
     same = [node("n0", 9000, "198.18.0.1"), node("n1", 9000, "198.18.0.2")]
-    assert causes.mtu_stall(same, big, {}) is None  # one MTU: something else
+    assert mtu_findings(same, big) == []  # one MTU: something else
     small = [rank(1, "n1", in_flight=1024, passed=28)]
-    assert causes.mtu_stall(NODES, small, {}) is None  # fits in a 1500 frame
+    assert mtu_findings(NODES, small) == []  # fits in a 1500 frame
     elsewhere = [rank(1, "n1", in_flight=None, passed=262148, phase="ddp")]
-    assert causes.mtu_stall(NODES, elsewhere, {}) is None  # stopped outside a sized collective
+    assert mtu_findings(NODES, elsewhere) == []  # stopped outside a sized collective
     unknown = [node("n0", None, "198.18.0.1"), node("n1", 9000, "198.18.0.2")]
-    assert causes.mtu_stall(unknown, big, {}) is None  # an unknown MTU is never guessed
+    assert mtu_findings(unknown, big) == []  # an unknown MTU is never guessed
+    assert mtu_findings(NODES, [rank(1, "n1", "ok", in_flight=262148)]) == []  # it finished
+    assert causes.mtu_stall([]) is None
+
+
+def test_mtu_stall_reads_bad_rank_rows_without_crashing():
+    rows = [{"rank": 1, "state": "stuck", "message_sizes": "garbage"}, {"rank": "x"}, {},
+            {"rank": 2, "node": "n1", "state": "failed", "message_sizes": {"in_flight_bytes": "9"}}]  # fmt: skip
+    assert [s.in_flight_bytes for s in stalls(rows)] == [0, 0]
+    assert mtu_findings(NODES, rows) == []
 
 
 def probe(to_ok=True, from_ok=True):
@@ -100,16 +117,16 @@ def test_port_findings_name_the_blocking_side_the_range_and_the_rule():
 def test_ports_blocked_leads_the_hang_verdict():
     ranks = [rank(0, "n0", phase="init"), rank(1, "n1", phase="init")]
     probes = {"n0": None, "n1": vars(probe(to_ok=False))}
-    cause = causes.judge(NODES, ranks, probes, {}, master="n0")
+    cause = causes.judge(NODES, ranks, probes, master="n0")
     assert cause.sentence.startswith(
         "connections to ephemeral ports on node n0 (32768-60999) are dropped while the "
         "rendezvous ports pass"
     )
     hang = hang_section(ranks, cause=cause.sentence)
     assert hang["verdict"].startswith(cause.sentence + ": rank 0 on node n0 failed in init")
-    assert causes.judge(NODES, ranks, {"n1": vars(probe())}, {}) is None
+    assert causes.judge(NODES, ranks, {"n1": vars(probe())}) is None
     healthy = [rank(0, "n0", state="ok"), rank(1, "n1", state="ok")]
-    assert causes.judge(NODES, healthy, probes, {}) is None  # nothing to explain
+    assert causes.judge(NODES, healthy, probes) is None  # nothing to explain
 
 
 def test_port_probe_both_ways_over_loopback():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccldoctor.report.units import format_bytes
+from nccldoctor.units import format_bytes
 from tests.cluster.test_check_netns import (
     HEALTHY_DEADLINE,
     PORT,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from checks import run_checks
 from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
-from nccldoctor.cluster.diagnosis.findings import rendezvous_findings
+from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
+from nccldoctor.facts.world import WorldSeen
 from nccldoctor.forensics.behind import categorize
 
 
@@ -49,11 +51,47 @@ def test_rendezvous_findings_name_refused_and_blocked_nodes():
     world = plan_world("r", "gloo", [entry(0, "a", 0)], 3)
     hellos = [Hello("b", "", "198.18.0.2", False, "wrong or missing token"),
               Hello("c", "198.18.0.3", "198.18.0.3", True, "connect timed out")]  # fmt: skip
-    found = {f.id: f for f in rendezvous_findings(world, hellos, 29400)}
+    seen = WorldSeen(rendezvous=rendezvous_seen(world, hellos, 29400))
+    found = {f.id: f for f in run_checks("world", seen)}
+    assert sorted(found) == ["run.node-never-joined", "run.node-refused", "run.nodes-missing"]
     assert found["run.node-refused"].node == "b"
-    assert found["run.node-never-joined"].node == "c"
-    assert "connect timed out" in found["run.node-never-joined"].evidence[1]
+    assert (
+        found["run.node-refused"].title == "node b (198.18.0.2) was refused: wrong or missing token"
+    )
+    never = found["run.node-never-joined"]
+    assert never.node == "c" and never.category == "firewall_or_port"
+    assert never.title == (
+        "node c (198.18.0.3) reached nccldoctor's port 29401 but never joined the store on port 29400"
+    )
+    assert "connect timed out" in never.evidence[1]
     assert found["run.nodes-missing"].category == "connect_refused_or_timeout"
+    assert found["run.nodes-missing"].evidence == ["joined: a ()"]
+
+
+def test_a_joined_node_under_its_given_name_is_not_named_never_joined():
+    """Two nodes sharing a hostname join as "trainer#0" and "trainer#1": their hellos name the
+    hostname, and the master matches them by the name they gave and the address it saw."""
+    joined = [entry(0, "trainer", 0), entry(1, "trainer")]
+    world = plan_world("r", "gloo", joined, 2)
+    world.nodes[0].seen, world.nodes[1].seen = "198.18.0.2", "198.18.0.3"
+    hellos = [Hello("trainer", "198.18.0.2", "198.18.0.2", True),
+              Hello("trainer", "198.18.0.3", "198.18.0.3", True)]  # fmt: skip
+    assert run_checks("world", WorldSeen(rendezvous=rendezvous_seen(world, hellos, 29400))) == []
+    # without a published world the master judges no rendezvous
+    assert run_checks("world", WorldSeen()) == []
+
+
+def test_clock_skew_warns_past_five_seconds_and_names_the_nodes():
+    entries = [
+        NodeEntry(0, "a", skew_s=0.4),
+        NodeEntry(1, "b", skew_s=-7.25),
+        NodeEntry(2, "c", skew_s=5.0),
+    ]
+    (f,) = run_checks("world", WorldSeen(clocks=clocks(entries)))
+    assert (f.id, f.severity.value, f.node) == ("run.clock-skew", "warn", None)
+    assert f.title == "clocks differ from the master's by more than 5 s on b"
+    assert f.evidence == ["b: -7.25 s"]
+    assert run_checks("world", WorldSeen(clocks=clocks(entries[:1]))) == []
 
 
 def rank(r, node, state, phase, error=None, ended=None, lines=()):

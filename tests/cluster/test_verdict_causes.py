@@ -2,7 +2,8 @@
 tests: test_check_netns, test_faults_net, test_faults_host, test_docker_netns): scenario → the
 check and category its first sentence carries, in the master's cluster report and in every
 other node's own report. Each side is judged the way merge and node_report judge it: every
-node's Facts and port probes on the master, a node's own elsewhere (docs/design.md#verdict)."""
+node's Facts, port probes and the ``world`` rules on the master, a node's own elsewhere
+(docs/design.md#verdict)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from typing import Any
 import pytest
 from hostfacts import host_facts
 
+from checks import run_checks
 from nccldoctor.cluster.diagnosis import causes
 from nccldoctor.cluster.diagnosis.merge import NODE_LOST
 from nccldoctor.cluster.diagnosis.node_report import MASTER_LOST
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.world import WorldSeen, stalls
 
 LAN = "198.18.30"
 BRIDGE_ADDRESS = "198.18.17.2"  # each host's first container on docker0
@@ -159,7 +162,8 @@ def _first_sentence(hang: dict[str, Any] | None) -> tuple[str, str] | None:
 
 
 def _on_master(s: Scenario) -> tuple[str, str] | None:
-    cause = causes.judge(s.facts, s.ranks, s.probes, {}, master=s.facts[0].node)
+    found = run_checks("world", WorldSeen(s.facts, stalls(s.ranks)))  # as merge runs them
+    cause = causes.judge(s.facts, s.ranks, s.probes, found, master=s.facts[0].node)
     return _first_sentence(hang_section(s.ranks, s.lost, *causes.verdict_args(cause),
                                         lost_of=NODE_LOST))  # fmt: skip
 
@@ -169,7 +173,7 @@ def _on_node(s: Scenario, name: str) -> tuple[str, str] | None:
     ranks = [r for r in s.ranks if r["node"] == name]
     lost = ["the master n0 (node rank 0) was lost during the workers phase"] if (
         s.master_lost) else []  # fmt: skip
-    cause = causes.judge([own], ranks, {name: s.probes.get(name)}, {})
+    cause = causes.judge([own], ranks, {name: s.probes.get(name)})
     return _first_sentence(hang_section(ranks, lost, *causes.verdict_args(cause),
                                         lost_of=MASTER_LOST))  # fmt: skip
 

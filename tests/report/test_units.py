@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccldoctor.report.units import (
+from nccldoctor.units import (
     GBps_of_Gbitps,
     format_bytes,
     format_Gbitps,

@@ -15,20 +15,17 @@ from typing import Any
 from checks.cluster import advertised, advertised_address_shared
 from checks.container import bridge_network
 from checks.master import master_nat_bridge
-from checks.netfacts import interface_named, master_interface
 from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
-from nccldoctor.facts.network import Interface
-from nccldoctor.model import Finding, Severity
-from nccldoctor.report.units import format_bytes
+from nccldoctor.model import Finding
 
-IP_TCP_HEADERS = 40  # an IPv4 + TCP header without options: MTU 1500 carries 1460 bytes
+MTU_STALL = "run.mtu-stall"
 
 
 @dataclass
 class Cause:
     sentence: str  # leads the hang verdict
-    findings: list[Finding] = field(default_factory=list)  # new findings that prove it
+    findings: list[Finding] = field(default_factory=list)  # the rule's findings it rests on
     check: str = ""  # the finding (check id) the sentence rests on
     category: str = ""
 
@@ -37,19 +34,20 @@ def judge(
     facts: Sequence[NodeFacts],
     ranks: Sequence[dict[str, Any]],
     port_probes: Mapping[str, dict[str, Any] | None],
-    tcp_gbps: Mapping[str, float],
+    found: Sequence[Finding] = (),
     master: str | None = None,
 ) -> Cause | None:
     """The first network cause that explains the stopped ranks, or None. Root causes first:
     NAT and a shared advertised address explain refused ephemeral connections and init
-    timeouts; a missing interface explains a bootstrap timeout (docs/design.md#verdict)."""
+    timeouts; a missing interface explains a bootstrap timeout (docs/design.md#verdict).
+    ``found``: the ``world`` rules' findings, on the master (only it sees every node's MTU)."""
     if all(r["state"] == "ok" for r in ranks):
         return None
     return (
         docker_nat(facts, ranks)
         or interface_missing(facts)
         or ports_blocked(port_probes, facts, master)
-        or mtu_stall(facts, ranks, tcp_gbps)
+        or mtu_stall(found)
     )
 
 
@@ -140,70 +138,10 @@ def ports_blocked(
     )
 
 
-def mtu_stall(
-    facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]], tcp_gbps: Mapping[str, float]
-) -> Cause | None:
-    """The MTU differs between nodes and a collective stalled at a message bigger than the
-    smaller MTU after smaller ones passed: the path drops the big frames (failures.md F20).
-
-    Only a path that drops frames stalls: TCP endpoints with different MTUs agree on the smaller
-    MSS by themselves. A 1500 switch port between two jumbo nodes drops their big frames and
-    sends no ICMP back, so TCP never learns to send smaller segments."""
-    links = {f.node: _link(f) for f in facts}
-    mtus = {node: i.mtu for node, i in links.items() if i is not None and i.mtu}
-    if len(set(mtus.values())) < 2:
+def mtu_stall(found: Sequence[Finding]) -> Cause | None:
+    """The MTU differs between nodes and a collective stalled above the smaller one: the
+    ``run.mtu-stall`` rule's finding (``checks/world.py``), when the master's rules found it."""
+    finding = next((f for f in found if f.id == MTU_STALL), None)
+    if finding is None:
         return None
-    low, high = min(mtus.values()), max(mtus.values())
-    stalled = [r for r in ranks if r["state"] != "ok" and _in_flight(r) > low - IP_TCP_HEADERS]
-    if not stalled:
-        return None
-    sizes = stalled[0]["message_sizes"]
-    phase, size = sizes["phase"], sizes["in_flight_bytes"]
-    passed = sizes.get("largest_passed_bytes")
-    jumbo = sorted(n for n, m in mtus.items() if m > low)
-    small = sorted(n for n, m in mtus.items() if m == low)
-    groups = "; ".join(
-        f"{m} on {', '.join(sorted(n for n, v in mtus.items() if v == m))}"
-        for m in sorted(set(mtus.values()), reverse=True)
-    )
-    passed_text = f"{format_bytes(passed)} passed" if passed else "nothing larger passed"
-    evidence = [
-        "MTU of the interface towards the master: "
-        + ", ".join(f"{n} {links[n].name} {m}" for n, m in sorted(mtus.items())),
-        f"{phase}: every rank got through {passed or 0} B; ranks "  # exact: the MTU is in bytes
-        f"{', '.join(str(r['rank']) for r in stalled)} stopped with {size} B in flight",
-        f"frames over {low} B: sent by {', '.join(jumbo)} (MTU {high}), dropped by a hop at {low}",
-    ]
-    if tcp_gbps:
-        evidence.append(
-            "raw TCP to the master: "
-            + ", ".join(f"{n} {g:.2f} Gbit/s" for n, g in sorted(tcp_gbps.items()))
-        )
-    peer = _address(links[jumbo[1] if len(jumbo) > 1 else small[0]])
-    finding = Finding(
-        "run.mtu-stall",
-        "interface_selection",
-        Severity.FAIL,
-        f"{phase} stalled at {format_bytes(size)} ({passed_text}): the MTU differs between nodes "
-        f"({groups}) and frames over {low} B are dropped on the path",
-        evidence,
-        f"Use one MTU end to end. Lower the jumbo nodes:\n"
-        f"ip link set dev {links[jumbo[0]].name} mtu {low}   # on {', '.join(jumbo)}\n"
-        f"or set {high} on {', '.join(small)} and on every switch port between the nodes.\n"
-        f"Check the path from {jumbo[0]}: ping -M do -s {high - 28} -c 1 {peer}  (must answer)",
-        area="network",
-    )
-    return Cause(f"{finding.title} (run.mtu-stall)", [finding], "run.mtu-stall",
-                 "interface_selection")  # fmt: skip
-
-
-def _link(facts: NodeFacts) -> Interface | None:
-    return interface_named(facts.network, master_interface(facts.network))
-
-
-def _in_flight(rank: dict[str, Any]) -> int:
-    return (rank.get("message_sizes") or {}).get("in_flight_bytes") or 0
-
-
-def _address(iface: Interface | None) -> str:
-    return iface.ipv4[0].split("/")[0] if iface and iface.ipv4 else "<peer address>"
+    return Cause(f"{finding.title} ({MTU_STALL})", [finding], MTU_STALL, finding.category)

@@ -1,7 +1,9 @@
-"""The master's findings about the rendezvous (refused nodes, nodes that never joined, missing
-nodes, clock skew) and the relaxing of GPU findings on a gloo run.
+"""The master's records as the ``world`` rules' subject (``facts/world.py``), and the relaxing
+of GPU findings on a gloo run.
 
-What one node observed of its run is judged by the ``run`` rules of ``checks/run.py``.
+The rendezvous (the world, the hellos at the master's listener) and the clocks of the nodes as
+they joined are judged by ``checks/world.py``; what one node observed of its run by the ``run``
+rules of ``checks/run.py``.
 """
 
 from __future__ import annotations
@@ -11,77 +13,24 @@ from collections.abc import Sequence
 
 from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, given_name
+from nccldoctor.facts.world import Clock, Knock, Member, Rendezvous
 from nccldoctor.model import Finding, Severity
 
-SKEW_WARN_S = 5.0
+
+def rendezvous_seen(world: World, hellos: Sequence[Hello], port: int) -> Rendezvous:
+    """The master's rendezvous: who joined the published world, who knocked, who is missing."""
+    return Rendezvous(
+        port=port,
+        members=tuple(Member(n.name, given_name(n.name), n.address, n.seen) for n in world.nodes),
+        hellos=tuple(Knock(h.node, h.seen, h.accepted, h.reason) for h in hellos),
+        missing=tuple(world.missing),
+        abort=world.abort,
+    )
 
 
-def rendezvous_findings(world: World, hellos: Sequence[Hello], port: int) -> list[Finding]:
-    """The master's view: refused nodes, nodes that never arrived, node-rank clashes."""
-    findings = []
-    joined = {(name, n.seen) for n in world.nodes for name in (n.name, given_name(n.name))}
-    for h in hellos:
-        if not h.accepted:
-            findings.append(
-                Finding(
-                    "run.node-refused",
-                    "env_config",
-                    Severity.FAIL,
-                    f"node {h.node} ({h.seen}) was refused: {h.reason}",
-                    [f"hello from {h.seen}"],
-                    "Give every node the same --token (or NCCLDOCTOR_TOKEN).",
-                    area="cluster",
-                    node=h.node,
-                )
-            )
-    reasons = {(h.node, h.seen): h.reason for h in hellos if h.accepted}
-    for name, seen in sorted(set(reasons) - joined):
-        findings.append(
-            Finding(
-                "run.node-never-joined",
-                "firewall_or_port",
-                Severity.FAIL,
-                f"node {name} ({seen}) reached nccldoctor's port {port + 1} but never joined the "
-                f"store on port {port}",
-                [f"hello from {seen}", f"the node says: {reasons[name, seen] or 'nothing more'}"],
-                f"Allow TCP port {port} on the master for {seen} (iptables -S / ufw status).",
-                area="cluster",
-                node=name,
-            )
-        )
-    if world.abort:
-        missing = ", ".join(world.missing) or "none"
-        findings.append(
-            Finding(
-                "run.nodes-missing",
-                "connect_refused_or_timeout",
-                Severity.FAIL,
-                f"{world.abort}; missing: {missing}",
-                [f"joined: {', '.join(f'{n.name} ({n.address})' for n in world.nodes)}"],
-                "Start `nccldoctor check` on every node within the rendezvous timeout, with the same "
-                "--master, --port and --nodes.",
-                area="cluster",
-            )
-        )
-    return findings
-
-
-def skew_findings(entries: Sequence[NodeEntry]) -> list[Finding]:
-    skewed = [e for e in entries if abs(e.skew_s) > SKEW_WARN_S]
-    if not skewed:
-        return []
-    return [
-        Finding(
-            "run.clock-skew",
-            "other",
-            Severity.WARN,
-            f"clocks differ from the master's by more than {SKEW_WARN_S:.0f} s on "
-            f"{', '.join(e.name for e in skewed)}",
-            [f"{e.name}: {e.skew_s:+.2f} s" for e in skewed],
-            "Run chrony/ntpd on every node: timestamps in logs and timeouts compare across nodes.",
-            area="cluster",
-        )
-    ]
+def clocks(entries: Sequence[NodeEntry]) -> tuple[Clock, ...]:
+    """Each node's clock against the master's, as it joined."""
+    return tuple(Clock(e.name, e.skew_s) for e in entries)
 
 
 def gpu_findings_on_gloo(findings: list[Finding], forced: bool) -> list[Finding]:

@@ -7,9 +7,11 @@ each run's world list (which every node's report repeats) read once, so linear i
 cluster is judged over all of it: the rank verdict is recomputed over all ranks, so that one rank
 is named the cause cluster-wide (the nodes' own rank verdicts are dropped); the cross-node checks
 run over every node's Facts; nodes without a report are named, as lost with the last phase they
-announced when the master saw it. What only the master knows (``Gathered``: the joins, the hellos,
-the wire speeds) adds its findings; a merge without it carries the ``report.merged`` finding
-saying which nodes' reports were merged from where and whose are missing (docs/report.md).
+announced when the master saw it. What the merge saw of the nodes is judged by the ``world``
+rules (``checks/world.py``): with what only the master knows (``Gathered``: the joins, the
+hellos, the clocks, the lost nodes), their findings; every node's MTU beside where the ranks
+stopped; a merge of files gets ``report.merged``, saying which nodes' reports were merged from
+where and whose are missing (docs/report.md).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Any
 
 from checks import all_checks, run_checks, run_cluster_checks
 from checks.linkrates import link_budget
+from checks.world import lost_sentence
 from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
-from nccldoctor.cluster.diagnosis.findings import rendezvous_findings, skew_findings
+from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.facts import NodeFacts, from_dict
-from nccldoctor.model import Finding, Severity
+from nccldoctor.facts.world import LostNode, MergedFrom, WorldSeen, stalls
+from nccldoctor.model import Finding
 from nccldoctor.report import Report
 
 # Sections where rank 0's node (else the first report) speaks for the cluster.
@@ -102,7 +106,7 @@ def merge_reports(
             nodes.setdefault(facts.node, facts)
             sources.setdefault(facts.node, source)
         for finding in report.findings:
-            if finding.id != "report.merged":  # re-merging: the new note replaces the old ones
+            if finding.id != MERGED:  # re-merging: the new note replaces the old ones
                 findings.setdefault(
                     (finding.id, finding.node, finding.rank, finding.title), finding
                 )
@@ -144,18 +148,33 @@ def merge_reports(
     names = (
         {n.node_rank: n.name for n in gathered.world.nodes} if gathered and gathered.world else {}
     )
-    lost = sorted(gathered.lost.items()) if gathered else []
-    lost_sentences = [
-        f"node {names.get(r, r)} (node rank {r}) stopped reporting during its {phase} phase"
-        for r, phase in lost
-    ]
+    lost = (
+        [LostNode(names.get(r, str(r)), r, phase) for r, phase in sorted(gathered.lost.items())]
+        if gathered
+        else []
+    )
+    lost_sentences = [lost_sentence(node) for node in lost]
+    missing = sorted({*listed, *listed_missing} - set(sources))
     # The check's ranks carry their state: the verdict is then judged anew over all of them; a
     # report whose ranks lack it (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
+    judged_anew = all("state" in r for r in ranks)
+    world = gathered.world if gathered else None
+    joins = rendezvous_seen(world, gathered.hellos, gathered.port) if gathered and world else None
+    seen = WorldSeen(
+        facts=facts,
+        stalls=stalls(ranks) if judged_anew else (),
+        tcp_gbps=wire,
+        rendezvous=joins,
+        clocks=clocks(gathered.entries) if gathered else (),
+        lost=lost,
+        merged=None if gathered else MergedFrom(dict(sources), missing),
+    )
+    found = run_checks("world", seen)
     judged: list[Finding] = []
-    if all("state" in r for r in ranks):
+    if judged_anew:
         findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
         master = (first.extra.get("run") or {}).get("node")
-        cause = causes.judge(facts, ranks, probes, wire, master=master)
+        cause = causes.judge(facts, ranks, probes, found, master=master)
         hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause),
                                     lost_of=NODE_LOST)  # fmt: skip
         if ranks:
@@ -166,10 +185,7 @@ def merge_reports(
         ]
     elif hang is not None:
         hang = {**hang, "stuck": list(stuck.values())}
-    judged += [
-        *(_lost_finding(names.get(r, str(r)), r, phase) for r, phase in lost),
-        *(_gathered_findings(gathered) if gathered else []),
-    ]
+    judged += [f for f in found if f.id != MERGED]
     if isinstance(first.extra.get("bandwidth"), dict):  # against every node's links now
         bandwidth_rules = {c.id for c in all_checks("bandwidth")}
         findings = {k: f for k, f in findings.items() if f.id not in bandwidth_rules}
@@ -183,7 +199,6 @@ def merge_reports(
     for finding in judged:
         findings.setdefault((finding.id, finding.node, finding.rank, finding.title), finding)
 
-    missing = sorted({*listed, *listed_missing} - set(sources))
     for name, source in sources.items():
         entry = listed.setdefault(name, {"name": name})
         entry["report_path"] = entry.get("report_path") or source  # a node's report lists None
@@ -195,8 +210,7 @@ def merge_reports(
         if cluster_nodes
         else "no rendezvous"
     )
-    lost_names = {names.get(r, str(r)) for r, _ in lost}
-    world = gathered.world if gathered else None
+    lost_names = {node.name for node in lost}
     extra: dict[str, Any] = {k: first.extra[k] for k in _FROM_RANK_ZERO if first.extra.get(k)}
     extra.update(
         phases=list(phases.values()),
@@ -207,7 +221,7 @@ def merge_reports(
     )
     if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
         extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
-    marker = [] if gathered else [merged_finding(sources, missing)]
+    marker = [f for f in found if f.id == MERGED]  # the note closes the document
     return Report(
         kind=first.kind,
         nodes=facts,
@@ -218,30 +232,6 @@ def merge_reports(
         and (gathered is None or (world is not None and not world.abort)),
         area_status=area_status,
         extra=extra,
-    )
-
-
-def merged_finding(sources: Mapping[str, str | None], missing: Sequence[str]) -> Finding:
-    """Which nodes' reports were merged (and from where) and whose reports are missing."""
-    title = f"cluster report merged from the reports of {len(sources)} node"
-    title += "s" if len(sources) != 1 else ""
-    title += f" ({', '.join(sources)})"
-    if missing:
-        title += f"; no report from {', '.join(missing)}"
-    return Finding(
-        id="report.merged",
-        category="other",
-        severity=Severity.WARN if missing else Severity.INFO,
-        title=title,
-        evidence=[f"{node}: {source}" for node, source in sources.items()]
-        + [f"{node}: missing" for node in missing],
-        fix=(
-            "Every node writes its own report; copy the missing nodes' report files here and run\n"
-            "nccldoctor report merge <every node's report.json> -o report.html"
-        )
-        if missing
-        else "",
-        area="run",
     )
 
 
@@ -261,28 +251,8 @@ def _read_world(
             listed.setdefault(str(entry.get("name")), dict(entry))
 
 
-def _gathered_findings(gathered: Gathered) -> list[Finding]:
-    """The master's own findings: who joined how (rendezvous) and the clocks' skew."""
-    world = gathered.world
-    joined = rendezvous_findings(world, gathered.hellos, gathered.port) if world else []
-    return [*joined, *skew_findings(gathered.entries)]
-
-
 NODE_LOST = {"check": "run.node-lost", "category": "remote_peer_closed"}
-
-
-def _lost_finding(name: str, node_rank: int, phase: str) -> Finding:
-    return Finding(
-        "run.node-lost",  # NODE_LOST; a literal, for the field guide's catalogue
-        "remote_peer_closed",
-        Severity.FAIL,
-        f"node {name} (node rank {node_rank}) stopped reporting during its {phase} phase",
-        [f"no result before the exit barrier's deadline; last phase announced: {phase}"],
-        "The node died or lost its network: check its kernel log (dmesg: OOM killer), its "
-        "nccldoctor report on its own disk, and the link between the nodes.",
-        area="cluster",
-        node=name,
-    )
+MERGED = "report.merged"
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
