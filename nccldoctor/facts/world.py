@@ -70,7 +70,6 @@ class Stall:
     """A rank that ended badly, with the message sizes of the sized collective it was in."""
 
     rank: int
-    node: str
     phase: str | None
     in_flight_bytes: int  # 0: no sized collective in flight
     largest_passed_bytes: int | None
@@ -87,7 +86,6 @@ def stalls(ranks: Sequence[Mapping[str, Any]]) -> tuple[Stall, ...]:
         found.append(
             Stall(
                 r["rank"],
-                str(r.get("node")),
                 sizes.get("phase"),
                 in_flight if isinstance(in_flight, int) else 0,
                 sizes.get("largest_passed_bytes"),
