@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hostfacts import HOSTS, copy_host
 
-from nccldoctor.facts import NetworkFacts, from_dict, to_dict
+from nccldoctor.facts import NetworkFacts, NodeFacts, from_dict, to_dict
 from nccldoctor.probes import network
 from nccldoctor.probes.netpath import _getaddrinfo, _le_ip
 
@@ -143,6 +143,18 @@ def test_link_kind_from_captured_linkinfo(tmp_path: Path):
 def test_facts_round_trip():
     net = network.probe(HOSTS / "ib-two-hca", {}, "198.18.10.12")
     assert from_dict(NetworkFacts, json.loads(json.dumps(to_dict(net)))) == net
+
+
+def test_facts_of_the_wrong_type_take_their_defaults():
+    # A garbled report (a node named [], an MTU that is a string) loads; the bad fields do not.
+    good = to_dict(network.probe(HOSTS / "ib-two-hca", {}, "198.18.10.12"))
+    garbled = dict(good, master=[], interfaces=[dict(good["interfaces"][0], mtu="9000")])
+    net = from_dict(NetworkFacts, garbled)
+    assert net.master is None
+    assert net.interfaces[0].mtu is None
+    assert net.interfaces[0].name == good["interfaces"][0]["name"]
+    facts = from_dict(NodeFacts, {"node": [], "multi_node": True})
+    assert facts.node == "" and facts.multi_node is True
 
 
 def test_live_machine_route_is_the_kernels():

@@ -1,12 +1,14 @@
 """Dataclass <-> JSON-ready dict conversion for Facts, driven by the type hints.
 
 Facts cross process and node boundaries (published at rendezvous, stored in reports), so every
-Facts class must survive ``from_dict(cls, to_dict(x)) == x``. Unknown keys are ignored and
-missing keys take the field default, so older reports still load.
+Facts class must survive ``from_dict(cls, to_dict(x)) == x``. Unknown keys are ignored, and
+missing keys and values of the wrong type (a node named ``[]`` in a garbled report) take the
+field default, so older reports still load and a bad one cannot break the checks reading it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import types
@@ -49,7 +51,7 @@ def _convert(tp: Any, value: Any) -> Any:
                 return _convert(arg, value)
             except (TypeError, ValueError):
                 continue
-        return value
+        raise TypeError(f"{type(value).__name__} is none of {tp}")
     if origin in (list, tuple):
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         return [_convert(item_tp, v) for v in value] if isinstance(value, list) else []
@@ -60,10 +62,24 @@ def _convert(tp: Any, value: Any) -> Any:
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
         hints = _hints(tp)
-        kwargs = {
-            f.name: _convert(hints[f.name], value[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in value and f.init
-        }
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value and f.init:
+                # the field's default stands in for a value of the wrong type
+                with contextlib.suppress(TypeError, ValueError):
+                    kwargs[f.name] = _convert(hints[f.name], value[f.name])
         return tp(**kwargs)
+    if tp in _SCALARS and not _is_scalar(tp, value):
+        raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")
     return value
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _is_scalar(tp: type, value: Any) -> bool:
+    if tp is bool or isinstance(value, bool):
+        return tp is bool and isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, tp)
