@@ -31,6 +31,11 @@ def _multi_node(run: PerfRun) -> bool:
     return len(run.hosts) > 1
 
 
+def _links(reading: PerfReading, run: PerfRun) -> dict[str, float]:
+    """The NIC capacity (GB/s) of each of the run's hosts that a node report names."""
+    return {h: reading.link_GBps[h] for h in run.hosts if h in reading.link_GBps}
+
+
 @check(
     "nccl_tests.data-corruption", area="nccl_tests", category="data_corruption", scope="nccl_tests"
 )
@@ -117,21 +122,17 @@ def below_link(reading: PerfReading) -> Iterator[Problem]:
     """A multi-node run's peak bus bandwidth is far below what the nodes' NICs carry."""
     for run in reading.runs:
         peak = run.peak_busbw_GBps
-        known = [reading.link_GBps[h] for h in run.hosts if h in reading.link_GBps]
-        if not _multi_node(run) or peak is None or not known:
+        links = _links(reading, run)
+        if not _multi_node(run) or peak is None or not links:
             continue
-        link = min(known)
+        link = min(links.values())
         if peak >= SLOW_FRACTION * link:
             continue
         yield Problem(
             Severity.WARN,
             f"{_name(run)} peaks at {peak:g} GB/s bus bandwidth, {peak / link:.0%} of the "
             f"{link:g} GB/s the nodes' NICs carry",
-            [
-                f"{h}: NICs {reading.link_GBps[h]:g} GB/s"
-                for h in run.hosts
-                if h in reading.link_GBps
-            ],
+            [f"{h}: NICs {gbps:g} GB/s" for h, gbps in links.items()],
             fix=(
                 "Measure up to large sizes first (-e 8G): small messages never reach the link.\n"
                 "Then check which transport NCCL used (NCCL_DEBUG=INFO: 'NET/IB' vs 'NET/Socket'),\n"

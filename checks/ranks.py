@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from checks import Problem, check
+from checks.signatures import category_of
 from nccldoctor.facts.ranks import RanksSeen
-from nccldoctor.forensics.behind import categorize, culprits, stopped_at
+from nccldoctor.forensics.behind import culprits, stopped_at
 from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import Severity
 
@@ -40,9 +41,7 @@ def first_line(text: str | None, phase: str | None = None, limit: int = 200) -> 
 def lost_is_cause(ordered: Sequence[Row], lost: Sequence[str]) -> bool:
     """A lost node is the cause when every rank that ended badly only lost its peer."""
     return bool(lost) and all(
-        r["state"] != "stuck"
-        and categorize(first_line(r["error"], r["phase_reached"])) == "remote_peer_closed"
-        for r in ordered
+        r["state"] != "stuck" and category_of(r["error"]) == "remote_peer_closed" for r in ordered
     )
 
 
@@ -55,7 +54,7 @@ def sentence(r: Row, cause: bool, detail: bool = True) -> str:
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
     error = first_line(r["error"], r["phase_reached"])
-    category = categorize(error)
+    category = category_of(r["error"])
     error = error if detail else ""
     if not cause and category == "collective_timeout_hang":
         return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
@@ -73,7 +72,7 @@ def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
     for i, r in enumerate(ordered):
         if (r["state"] == "stuck") != stuck:
             continue
-        category = "collective_timeout_hang" if stuck else categorize(r["error"])
+        category = "collective_timeout_hang" if stuck else category_of(r["error"])
         evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
         evidence += [f"error: {first_line(r['error'])}"] if r["error"] else []
         evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []

@@ -337,11 +337,24 @@ def match_line(text: str) -> list[SignatureMatch]:
     return _default().match(text)
 
 
+def _most_specific(text: str) -> Signature | None:
+    found = _default().match(text)
+    return found[0].signature if found else None
+
+
 def identify(text: str) -> str | None:
     """The id of the most specific signature matching ``text``, or None: what the log parser
     records while it reads (module-level, so a parse pool can pickle it by reference)."""
-    found = _default().match(text)
-    return found[0].signature.id if found else None
+    sig = _most_specific(text)
+    return sig.id if sig else None
+
+
+def category_of(text: str | None) -> str:
+    """The category of the most specific signature matching ``text`` (a line or a whole error,
+    its lines searched alike), ``"other"`` when none does: how a rank's own error is judged
+    (``checks/ranks.py``), in the catalogue's one vocabulary."""
+    sig = _most_specific(text or "")
+    return sig.category if sig else "other"
 
 
 def _gate(text: str) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from nccldoctor.forensics.flightrec import looks_like_dump
 from nccldoctor.ncclog.inputs import STDIN, InputError, expand_inputs
 
 HEAD_BYTES = 64 * 1024
@@ -27,17 +28,6 @@ MAX_DEPTH = 2  # an archive inside an archive is unpacked; one deeper is not
 
 def _text(head: bytes) -> str:
     return head.decode("utf-8", "replace")
-
-
-def _pickle_with(*keys: bytes) -> Callable[[bytes], bool]:
-    # protocol 2+ pickles start with PROTO (0x80) and the protocol number; the keys are the
-    # dump's own dictionary keys, stored as short strings near the start
-    def detect(head: bytes) -> bool:
-        return (
-            len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5 and any(k in head for k in keys)
-        )
-
-    return detect
 
 
 def _json_with(*keys: str) -> Callable[[bytes], bool]:
@@ -65,15 +55,10 @@ class Kind:
 
 
 # In order: the first row that recognises a file decides, except that nccl-tests text is also a
-# log when NCCL's own lines run through it. Flight Recorder dumps: PyTorch's
-# torch/csrc/distributed/c10d/FlightRecorder.hpp (keys "version", "pg_config", "entries"), as
-# pickle or as the JSON form.
+# log when NCCL's own lines run through it. Flight Recorder dumps, pickle or JSON, as their
+# reader recognises them (forensics/flightrec.py).
 KINDS: tuple[Kind, ...] = (
-    Kind(
-        "flight_recorder",
-        "Flight Recorder dumps",
-        lambda h: _pickle_with(b"pg_config", b"entries")(h) or _json_with("entries", "pg_config")(h),
-    ),
+    Kind("flight_recorder", "Flight Recorder dumps", looks_like_dump),
     Kind("reports", "nccldoctor reports", _json_with("schema_version", "findings", "tool_version")),
     Kind("nccl_tests", "nccl-tests outputs", lambda h: _json_with("results", "config")(h)
          or (not _is_binary(h) and bool(_NCCL_TESTS_TEXT.search(_text(h))))),

@@ -1,12 +1,14 @@
 """Every citation in the code resolves: a reader can follow it to a file (and anchor) of this
 repository, or to NCCL's source.
 
-Scanned: nccldoctor/, checks/, tests/ and bench/ (not the captured fixtures, which are data, and
-not this file, which spells the patterns). A citation is a design or log-format note named by
-file (`docs/design.md#phases`, `nccl-log-formats.md#bootstrap`), an entry of the known failures
-(`failures.md F01`, `docs/failures.md#f01`), a `reference/...` path, a numbered section (`§7.2`),
-an issue number, or "the contract". Section numbers, issue numbers and "the contract" point
-outside the repository, so they never resolve: cite a file and an anchor instead.
+Scanned: nccldoctor/, checks/, tests/, bench/, templates/ and scripts/ (not the captured
+fixtures, which are data, and not this file, which spells the patterns). A citation is a design,
+style or log-format note named by file (`docs/design.md#phases`, `nccl-log-formats.md#bootstrap`),
+an entry of the known failures (`failures.md F01`, `docs/failures.md#f01`), a `reference/...`
+path, a numbered section (`§7.2`), an issue number, or "the contract". A cited file resolves only
+inside the repository (a folder beside the checkout is not the reader's). Section numbers, issue
+numbers and "the contract" point outside the repository, so they never resolve: cite a file and
+an anchor instead.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from pathlib import Path
 from tests.test_docs import markdown_anchors
 
 REPO = Path(__file__).resolve().parent.parent
-SCANNED = ("nccldoctor", "checks", "tests", "bench")
-SUFFIXES = (".py", ".toml", ".j2", ".md", ".json")
+SCANNED = ("nccldoctor", "checks", "tests", "bench", "templates", "scripts")
+SUFFIXES = (".py", ".toml", ".j2", ".md", ".json", ".js", ".css", ".sh")
 NOT_SCANNED = (REPO / "tests" / "fixtures", Path(__file__).resolve())
 
 # The notes code cites by file name, with an optional #anchor.
 DOC = re.compile(
-    r"(?<![\w./-])(?P<path>(?:[\w.-]+/)*(?:DESIGN|design|nccl-log-formats|nccl-logs|failures"
-    r"|other-tools|[A-Z-]*CONTRACT)\.md)(?:#(?P<anchor>[\w-]+))?"
+    r"(?<![\w./-])(?P<path>(?:[\w.-]+/)*(?:DESIGN|design|STYLE|nccl-log-formats|nccl-logs"
+    r"|failures|other-tools|[A-Z-]*CONTRACT)\.md)(?:#(?P<anchor>[\w-]+))?"
 )
 REFERENCE = re.compile(r"(?<![\w.-])(?:[\w.-]+/)*reference/[\w./-]+")
 FAILURE = re.compile(r"\bF(\d\d)\b")
@@ -45,11 +47,17 @@ class Offender:
         return f"{self.path}:{self.line}: {self.citation!r}: {self.why}"
 
 
+def _in_repo(path: Path) -> bool:
+    """``path`` exists inside the repository (``../shared/DESIGN.md`` exists beside a checkout,
+    but a reader of the repository does not have it)."""
+    return path.exists() and path.resolve().is_relative_to(REPO)
+
+
 def _documents(name: str) -> list[Path]:
     """The files a cited path names: relative to the repository or docs/, or a bare name
     anywhere in the repository."""
     if "/" in name:
-        return [p for p in (REPO / name, REPO / "docs" / name) if p.is_file()]
+        return [p for p in (REPO / name, REPO / "docs" / name) if p.is_file() and _in_repo(p)]
     return [p for p in REPO.rglob(name) if ".git" not in p.parts and p.is_file()]
 
 
@@ -78,7 +86,7 @@ def offenders_in(text: str, where: str) -> list[Offender]:
                         offend(f"{match[0]} {failure[0]}", "no such failure entry")
         for match in REFERENCE.finditer(line):
             inside = any(start <= match.start() < end for start, end in cited)
-            if not inside and not (REPO / match[0]).exists():
+            if not inside and not _in_repo(REPO / match[0]):
                 offend(match[0], "no such path in this repository")
         for pattern, why in (
             (SECTION, "a section number: cite a file and its #anchor"),
@@ -113,6 +121,7 @@ def test_the_scanner_tells_citations_that_resolve_from_ones_that_do_not() -> Non
         "as the contract says (DESIGN.md, the cluster run)\n"
         "formats: reference/nccl-logs.md §2-§7; reference/tools/x.txt\n"
         "issue 3 keys; docs/design.md#no-such-anchor; failures.md F99\n"
+        "../shared/DESIGN.md; ../shared/reference/nccl.md; Issue #12; STYLE.md\n"
     )
     assert [(o.line, o.citation) for o in offenders_in(bad, "bad")] == [
         (1, "DESIGN.md"),
@@ -124,6 +133,10 @@ def test_the_scanner_tells_citations_that_resolve_from_ones_that_do_not() -> Non
         (3, "docs/design.md#no-such-anchor"),
         (3, "failures.md F99"),
         (3, "issue 3"),
+        (4, "../shared/DESIGN.md"),
+        (4, "STYLE.md"),
+        (4, "../shared/reference/nccl.md"),
+        (4, "Issue #12"),
     ]
 
 

@@ -336,22 +336,59 @@ def test_commands_and_options_in_docs_are_real():
     assert not wrong, "\n".join(sorted(set(wrong)))
 
 
+LAYOUT_ROW = re.compile(r"^\| `((?:nccldoctor/)?[\w/]+)/` \|(.*)$", re.M)
+
+
+def unlisted_packages(layout: str, packages: set[str]) -> list[str]:
+    """The packages (folders of .py files) a README layout section does not name. A package is
+    named by its own row (`nccldoctor/watch/`), or by its own name inside the row of the
+    package above it (`inject/` in the watch row, `phases/` in the agent's); a package made of
+    rooms (cluster/) by the rows of all its rooms."""
+    rows = dict(LAYOUT_ROW.findall(layout))
+
+    def named(p: str) -> bool:
+        if p in rows:
+            return True
+        parent, _, name = p.rpartition("/")
+        while parent and parent not in rows:
+            parent, _, inner = parent.rpartition("/")
+            name = f"{inner}/{name}"
+        if parent and f"`{name}/`" in rows[parent]:
+            return True
+        rooms = [q for q in packages if q.startswith(f"{p}/") and q.count("/") == p.count("/") + 1]
+        return bool(rooms) and all(named(q) for q in rooms)
+
+    return sorted(p for p in packages if not named(p))
+
+
+def test_the_layout_rule_catches_a_package_the_readme_does_not_name():
+    layout = (
+        "| `nccldoctor/watch/` | the watcher and `inject/`, the sitecustomize |\n"
+        "| `nccldoctor/cluster/agent/` | the agent, one module per phase in `phases/` |\n"
+    )
+    tree = {"nccldoctor/watch", "nccldoctor/watch/inject", "nccldoctor/cluster",
+            "nccldoctor/cluster/agent", "nccldoctor/cluster/agent/phases"}  # fmt: skip
+    assert unlisted_packages(layout, tree) == []
+    assert unlisted_packages(layout, tree | {"nccldoctor/watch/hooks"}) == [
+        "nccldoctor/watch/hooks"
+    ]
+    # a room nobody names leaves its package of rooms unnamed too
+    assert unlisted_packages(layout, tree | {"nccldoctor/cluster/lab"}) == [
+        "nccldoctor/cluster", "nccldoctor/cluster/lab"]  # fmt: skip
+    assert unlisted_packages(layout.replace("`phases/`", "phases"), tree) == [
+        "nccldoctor/cluster/agent/phases"]  # fmt: skip
+
+
 def test_the_readme_layout_lists_every_package_and_only_real_ones():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     layout = readme[readme.index("## Layout") :]
-    listed = {p.rstrip("/") for p in re.findall(r"`((?:nccldoctor/)?[\w/]+/)`", layout)}
-    listed.discard("nccldoctor")  # the package as a whole covers nothing by itself
-    assert {"checks", "templates", "nccldoctor/cluster/agent"} <= listed
-    assert not [p for p in listed if not (REPO / p).is_dir()], "listed but not in the tree"
+    rows = dict(LAYOUT_ROW.findall(layout))
+    assert {"checks", "templates", "nccldoctor/cluster/agent"} <= set(rows)
+    assert not [p for p in rows if not (REPO / p).is_dir()], "listed but not in the tree"
     packages = {
         str(d.relative_to(REPO))
         for d in (REPO / "nccldoctor").rglob("*")
         if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
     }
-    # A package is covered by its own row, a parent's (watch/inject is part of watch/) or,
-    # for a package made of rooms (cluster/), the rows of its rooms.
-    unlisted = [
-        p for p in sorted(packages)
-        if not any(p == q or p.startswith(f"{q}/") or q.startswith(f"{p}/") for q in listed)
-    ]  # fmt: skip
+    unlisted = unlisted_packages(layout, packages)
     assert not unlisted, f"packages missing from the README's layout: {unlisted}"

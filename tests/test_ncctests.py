@@ -122,6 +122,11 @@ def test_peak_busbw_against_the_nodes_nics():
     links = {"v100-gpu-1": link_GBps(["100 Gb/sec (4X EDR)"], []), "v100-gpu-5": 12.5}
     (found,) = ids(PerfReading([run], link_GBps=links))["nccl_tests.below-link"]
     assert "0% of the 12.5 GB/s" in found.title
+    assert found.evidence == ["v100-gpu-1: NICs 12.5 GB/s", "v100-gpu-5: NICs 12.5 GB/s"]
+    # a host no node report names is left out of the minimum and the evidence alike
+    (one,) = ids(PerfReading([run], link_GBps={"v100-gpu-5": 25.0}))["nccl_tests.below-link"]
+    assert "of the 25 GB/s" in one.title and one.evidence == ["v100-gpu-5: NICs 25 GB/s"]
+    assert "nccl_tests.below-link" not in ids(PerfReading([run], link_GBps={"other": 25.0}))
     assert link_GBps([], [25000, 0]) == 3.125 and link_GBps([], []) is None
 
 

@@ -48,6 +48,22 @@ def test_each_file_is_sorted_by_its_kind(tmp_path):
     assert [Path(n).name for n, _ in t.skipped] == ["core"]
 
 
+def test_flight_recorder_dumps_are_sorted_by_their_readers_own_test(tmp_path):
+    """One detector (forensics/flightrec.looks_like_dump) for the ticket and the dump reader."""
+    real = pickle.loads((FIXTURES / "flightrec" / "gloo-skip" / "nccl_trace_rank_0").read_bytes())
+    # the JSON form as nlohmann::json writes it (keys sorted): a long dump's first 64 KiB hold
+    # only its entries, pg_config comes after them
+    many = {**real, "entries": real["entries"] * 400}
+    (tmp_path / "nccl_trace_rank_0.json").write_text(json.dumps(many, sort_keys=True))
+    (tmp_path / "nccl_trace_rank_1.json").write_text(json.dumps({**real, "entries": []}))
+    (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps(real, protocol=2))
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps({"weights": [0.5] * 8}, protocol=4))
+    t = open_ticket([str(tmp_path)], tmp_path / "work")
+    assert kinds(t)["flight_recorder"] == [
+        "nccl_trace_rank_0.json", "nccl_trace_rank_1.json", "nccl_trace_rank_2"]  # fmt: skip
+    assert Path(t.skipped[0][0]).name == "model.pkl"  # a pickle, but not a dump
+
+
 def test_zip_and_tar_gz_are_unpacked_and_named_by_archive_and_member(tmp_path):
     archive = tmp_path / "attachments.zip"
     with zipfile.ZipFile(archive, "w") as z:

@@ -18,35 +18,6 @@ from nccldoctor.forensics.stacks import Frame, in_collective, main_thread_frames
 
 T = TypeVar("T")
 
-# Error text -> category, for what a rank's own error says (first match wins).
-_ERROR_CATEGORIES = (
-    (
-        ("unable to find address", "socket_ifname", "no socket interface", "ifname"),
-        "interface_selection",
-    ),
-    (
-        (
-            "connection closed",
-            "connection reset",
-            "broken pipe",
-            "remote process exited",
-            "peer closed",
-        ),
-        "remote_peer_closed",
-    ),
-    (("timed out", "timeout", "deadline"), "collective_timeout_hang"),
-    (("connection refused", "no route to host", "connect"), "connect_refused_or_timeout"),
-    (("cuda",), "cuda_error"),
-)
-
-
-def categorize(error: str | None) -> str:
-    text = (error or "").lower()
-    for needles, category in _ERROR_CATEGORIES:
-        if any(n in text for n in needles):
-            return category
-    return "other"
-
 
 @dataclass(frozen=True)
 class Position:

@@ -65,11 +65,17 @@ class Loaded:
 
 
 def looks_like_dump(head: bytes) -> bool:
-    """Whether the first bytes of a file are a Flight Recorder dump (pickle, or its JSON form)."""
+    """Whether the first bytes of a file are a Flight Recorder dump. The pickle (protocol 2-5)
+    is a dict whose first keys are "version", "pg_config", "pg_status", then "entries"; the
+    JSON form is written by nlohmann::json, whose keys come sorted, so "entries" precedes
+    "pg_config" and a long dump's head holds only entries (profiling_name is an entry's key).
+    torch/csrc/distributed/c10d/FlightRecorder.cpp (dump, dump_json)."""
     if head.startswith(_PICKLE_MAGIC):
-        return True
+        return b"pg_config" in head or b"entries" in head
     text = head.lstrip()
-    return text.startswith(b"{") and b'"entries"' in text and b'"profiling_name"' in text
+    return text.startswith(b"{") and (
+        b'"pg_config"' in text or (b'"entries"' in text and b'"profiling_name"' in text)
+    )
 
 
 def load_dump(data: bytes) -> Loaded:

@@ -24,30 +24,21 @@ class LivenessTracker:
     def __init__(self, start: float, cpu_busy_fraction: float = 0.02) -> None:
         self.cpu_busy_fraction = cpu_busy_fraction
         self.job_active_at = start
-        self.pid_active_at: dict[int, float] = {}
         self._last: Sample | None = None
 
     def observe(self, sample: Sample) -> None:
         last = self._last
         self._last = sample
-        for pid in sample.cpu_seconds:
-            self.pid_active_at.setdefault(pid, sample.time)
         if last is None:
             return
         interval = max(sample.time - last.time, 1e-6)
-        busy = [
-            pid
+        busy = any(
+            cpu - last.cpu_seconds.get(pid, cpu) > self.cpu_busy_fraction * interval
             for pid, cpu in sample.cpu_seconds.items()
-            if cpu - last.cpu_seconds.get(pid, cpu) > self.cpu_busy_fraction * interval
-        ]
-        for pid in busy:
-            self.pid_active_at[pid] = sample.time
+        )
         logs_grew = any(size != last.log_bytes.get(path) for path, size in sample.log_bytes.items())
         if busy or logs_grew or sample.output_bytes != last.output_bytes:
             self.job_active_at = sample.time
 
     def job_idle_for(self, now: float) -> float:
         return now - self.job_active_at
-
-    def pid_idle_for(self, pid: int, now: float) -> float:
-        return now - self.pid_active_at.get(pid, now)

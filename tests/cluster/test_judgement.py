@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 from checks import run_checks
+from checks.signatures import category_of
 from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts.world import WorldSeen
-from nccldoctor.forensics.behind import categorize
+
+# gloo's own messages, as its format strings print them (pytorch/gloo gloo/transport/tcp/
+# unbound_buffer.cc UnboundBuffer::waitRecv, pair.cc Pair::read, device.cc lookupAddrForIface).
+GLOO_TIMEOUT = (
+    "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2000ms for "
+    "recv operation to complete"
+)
+GLOO_CLOSED = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+    "[198.18.0.3]:46033"
+)
+GLOO_READ_RESET = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Read error [198.18.0.3]:46033: "
+    "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in "
+    "the application."
+)
+GLOO_NO_ADDRESS = (
+    "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:84] "
+    "ifa != nullptr. Unable to find address for: ib9"
+)
 
 
 def entry(slot, name, rank=None, procs=1, cuda=False):
@@ -102,7 +122,7 @@ def rank(r, node, state, phase, error=None, ended=None, lines=()):
 
 
 def test_hang_verdict_names_the_stuck_rank_first():
-    ranks = [rank(0, "A", "failed", "barrier", "barrier: RuntimeError: Timed out waiting 2000ms", 5),
+    ranks = [rank(0, "A", "failed", "barrier", f"barrier: RuntimeError: {GLOO_TIMEOUT}", 5),
              rank(1, "B", "stuck", "init", "init: timed out after 20 s (worker deadline)", 9,
                   ["B:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>"])]  # fmt: skip
     hang = hang_section(ranks)
@@ -110,7 +130,7 @@ def test_hang_verdict_names_the_stuck_rank_first():
     assert hang["verdict"] == (
         "rank 1 on node B never finished init_process_group; its last NCCL line was "
         "'B:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>'; "
-        "rank 0 waited in barrier (RuntimeError: Timed out waiting 2000ms)."
+        f"rank 0 waited in barrier (RuntimeError: {GLOO_TIMEOUT})."
     )
     assert hang["stuck"] == [{"node": "B", "rank": 1, "phase": "init",
                               "last_nccl_line": "B:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>"}]  # fmt: skip
@@ -120,21 +140,43 @@ def test_hang_verdict_names_the_stuck_rank_first():
 
 
 def test_the_earliest_failure_is_the_cause():
-    ranks = [rank(0, "A", "failed", "ddp", "ddp: Connection closed by peer", 12),
+    ranks = [rank(0, "A", "failed", "ddp", f"ddp: RuntimeError: {GLOO_CLOSED}", 12),
              rank(1, "B", "crashed", "ddp", "Killed", 10), rank(2, "B", "ok", "destroy")]  # fmt: skip
     assert hang_section(ranks)["verdict"] == (
         "rank 1 on node B crashed in ddp: Killed; rank 0 lost its peer in ddp "
-        "(Connection closed by peer)."
+        f"(RuntimeError: {GLOO_CLOSED})."
     )
     assert hang_section([rank(0, "A", "ok", "destroy")]) is None
     assert hang_section([], ["node B (node rank 1) stopped reporting"])["phase"] is None
 
 
-def test_categorize_error_text():
-    assert categorize("Unable to find address for: ib9") == "interface_selection"
-    assert categorize("Connection reset by peer") == "remote_peer_closed"
-    assert categorize("Timed out waiting 20000ms for recv") == "collective_timeout_hang"
-    assert categorize("ValueError: x") == "other"
+def test_a_ranks_error_is_categorised_by_the_signature_catalogue():
+    assert category_of(GLOO_TIMEOUT) == "collective_timeout_hang"
+    assert category_of(f"ddp: RuntimeError: {GLOO_CLOSED}") == "remote_peer_closed"
+    assert category_of(GLOO_READ_RESET) == "remote_peer_closed"
+    assert category_of("init: DistNetworkError: Connection reset by peer") == "remote_peer_closed"
+    assert category_of("RuntimeError: CUDA error: an illegal memory access was encountered") == (
+        "cuda_error"
+    )
+    assert category_of("ValueError: x") == "other" and category_of(None) == "other"
+
+
+def test_where_the_old_substring_table_disagreed_the_catalogue_answer_stays():
+    # The table read any "timed out" as a hung collective: a store connect that timed out is a
+    # connect problem (torch.store-client-timeout), not a collective that hung.
+    assert category_of(
+        "init: DistNetworkError: The client socket has timed out after 60000ms while trying to "
+        "connect to (198.18.0.1, 29500)."
+    ) == "connect_refused_or_timeout"  # fmt: skip
+    # ... and any "cuda" as a CUDA error: a device the process cannot see is GPU visibility.
+    assert category_of("RuntimeError: CUDA error: invalid device ordinal") == "gpu_visibility"
+    assert category_of("RuntimeError: CUDA error: no CUDA-capable device is detected") == (
+        "gpu_visibility"
+    )
+    # gloo's "no address for the interface" stays interface selection, as NCCL's own
+    # "no socket interface found" (the catalogue said env_config and now says the same).
+    assert category_of(GLOO_NO_ADDRESS) == "interface_selection"
+    assert category_of("Bootstrap : no socket interface found") == "interface_selection"
 
 
 def test_main_thread_frame_of_a_faulthandler_dump():

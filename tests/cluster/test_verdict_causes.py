@@ -26,6 +26,8 @@ LAN = "198.18.30"
 BRIDGE_ADDRESS = "198.18.17.2"  # each host's first container on docker0
 REFUSED = "Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: SO_ERROR: "
 LOST_PEER = "Connection closed by peer [198.18.30.2]:5183"
+# gloo's read of a connection the master's end reset (gloo/transport/tcp/pair.cc, Pair::read)
+RESET = "Read error [198.18.30.1]:5183: Connection reset by peer. This is typically caused by"
 
 
 def lan(name: str, i: int, mtu: int = 1500) -> NodeFacts:
@@ -144,7 +146,7 @@ SCENARIOS = {
     # the master leaves no cluster report; the survivor names it
     "master dies after rendezvous": Scenario(
         [lan("n0", 0), lan("n1", 1)],
-        [rank(1, "n1", error="Connection reset by peer", phase="ddp")],
+        [rank(1, "n1", error=RESET, phase="ddp")],
         master_lost=True,
         nodes={"n1": ("run.master-lost", "remote_peer_closed")},
     ),

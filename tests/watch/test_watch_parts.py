@@ -135,7 +135,6 @@ def test_liveness_idle_only_when_nothing_moves():
     assert tracker.job_idle_for(6.0) == 0.0
     tracker.observe(Sample(7.0, {1: 1.502}, {"a": 11}, 5))  # output moved
     assert tracker.job_idle_for(7.5) == 0.5
-    assert tracker.pid_idle_for(1, 7.0) == 6.0
 
 
 def test_vanished_process_yields_no_stacks(tmp_path):
