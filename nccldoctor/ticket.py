@@ -50,7 +50,9 @@ _NCCL_TESTS_TEXT = re.compile(
     r"|: Test (?:NCCL|CUDA) failure |#\s+size\s+count\s+type"
 )
 _NCCL_LINE = re.compile(r" NCCL (?:INFO|WARN) |^NCCL version |ProcessGroupNCCL", re.M)
-_RAS_TEXT = re.compile(r"^Job summary\r?\n=+|^Communicators\.\.\.", re.M)
+# ncclras's headings (src/ras/client_support.cc), and NCCL 2.31+'s diagnostics lines
+# ("host:pid NCCL DIAG ...", src/include/diagnostics_log.h) in ncclras -D output or a job's stdout
+_RAS_TEXT = re.compile(r"^Job summary\r?\n=+|^Communicators\.\.\.|(?::\d+ |^)NCCL DIAG ", re.M)
 
 
 def _is_binary(head: bytes) -> bool:
@@ -64,8 +66,8 @@ class Kind:
     detect: Callable[[bytes], bool]
 
 
-# In order: the first row that recognises a file decides, except that nccl-tests text is also a
-# log when NCCL's own lines run through it. Flight Recorder dumps: PyTorch's
+# In order: the first row that recognises a file decides, except that nccl-tests and RAS text
+# (a job's stdout with its diagnostics report) are also a log when NCCL's own lines run through. Flight Recorder dumps: PyTorch's
 # torch/csrc/distributed/c10d/FlightRecorder.hpp (keys "version", "pg_config", "entries"), as
 # pickle or as the JSON form.
 KINDS: tuple[Kind, ...] = (
@@ -143,7 +145,7 @@ def sort_attachment(path: str, name: str, size: int) -> Attachment | None:
     if first is None:
         return None
     kinds = [first.name]
-    if first.name == "nccl_tests" and _NCCL_LINE.search(_text(head)):
+    if first.name in ("nccl_tests", "ras") and _NCCL_LINE.search(_text(head)):
         kinds.append("logs")
     return Attachment(path, name, kinds, size)
 
