@@ -223,8 +223,10 @@ def _in(r: DiagResult) -> str:
 
 @check("ras.diag-ecc", area="ras", category="data_corruption", scope="ras")
 def diag_ecc(reading: RasReading) -> Iterator[Problem]:
-    """NCCL's diagnostics found volatile ECC errors on a rank's GPU: uncorrected ones (data
-    was lost or corrupted), or corrected ones at or above ``NCCL_DIAGNOSTICS_ECC_THRESHOLD``."""
+    """NCCL's diagnostics found volatile ECC errors on the GPU of a rank.
+
+    Uncorrected ones mean data was lost or corrupted (fail); corrected ones are reported by NCCL
+    only at or above ``NCCL_DIAGNOSTICS_ECC_THRESHOLD`` (0, the default, leaves them out)."""
     return _diag_problems(
         reading,
         "ECC",
@@ -242,8 +244,9 @@ def diag_ecc(reading: RasReading) -> Iterator[Problem]:
 
 @check("ras.diag-nvlink", area="ras", category="p2p_error", scope="ras")
 def diag_nvlink(reading: RasReading) -> Iterator[Problem]:
-    """NCCL's diagnostics found NVLinks that are not active, or ranks whose GPUs report a
-    different number of NVLinks than rank 0's."""
+    """NCCL's diagnostics found inactive NVLinks, or GPUs with another NVLink count than rank 0's.
+
+    NVML's view of each link of the rank's GPU (up to 18); PCIe-only systems print no line."""
     return _diag_problems(
         reading,
         "NVLink",
@@ -261,8 +264,9 @@ def diag_nvlink(reading: RasReading) -> Iterator[Problem]:
 
 @check("ras.diag-gpu-inventory", area="ras", category="gpu_visibility", scope="ras")
 def diag_gpu_inventory(reading: RasReading) -> Iterator[Problem]:
-    """The ranks of a communicator run on nodes with different numbers of GPUs (NVML's count,
-    which ignores ``CUDA_VISIBLE_DEVICES``) or on different GPU models."""
+    """The ranks of a communicator run on nodes with different GPU counts or GPU models.
+
+    The count is NVML's: every GPU of the node, whatever ``CUDA_VISIBLE_DEVICES`` says."""
     return _diag_problems(
         reading,
         "GPU inventory",
@@ -296,8 +300,7 @@ def diag_driver_mismatch(reading: RasReading) -> Iterator[Problem]:
 
 @check("ras.diag-env-mismatch", area="ras", category="env_config", scope="ras")
 def diag_env_mismatch(reading: RasReading) -> Iterator[Problem]:
-    """An ``NCCL_*`` environment variable has different values (or is unset) on some ranks of a
-    communicator."""
+    """An ``NCCL_*`` variable has different values (or is unset) on some ranks of a communicator."""
 
     def title(r: DiagResult) -> str:
         values = "; ".join(f"{v} on {_set(ranks)}" for v, ranks in r.groups[:4])
@@ -317,8 +320,10 @@ def diag_env_mismatch(reading: RasReading) -> Iterator[Problem]:
 
 @check("ras.diag-p2p", area="ras", category="p2p_error", scope="ras")
 def diag_p2p(reading: RasReading) -> Iterator[Problem]:
-    """NCCL's active diagnostics (``NCCL_RUN_DIAGNOSTICS=1``) found GPU pairs whose direct
-    P2P transfer failed or returned wrong data."""
+    """NCCL's active diagnostics found GPU pairs whose direct P2P transfer failed.
+
+    ``NCCL_RUN_DIAGNOSTICS=1`` writes and reads a pattern over every pair of a node's GPUs that
+    NCCL would connect directly; a failed import, launch or a wrong value names the pair."""
 
     def title(r: DiagResult) -> str:
         v = r.values

@@ -238,3 +238,22 @@ def test_an_archive_of_too_many_files_is_read_up_to_the_cap(tmp_path, monkeypatc
     t = open_ticket([str(archive)], tmp_path / "w")
     assert len(t.files) == 3
     assert t.skipped == [(str(archive), "more than 3 files: the rest not read")]
+
+
+def test_explain_reports_the_diagnostics_a_jobs_stdout_and_ncclras_d_printed(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    # a job's stdout: NCCL's INFO lines, then the report NCCL_RUN_RAS_DIAGNOSTICS=1 printed
+    log = (FIXTURES / "logs" / "v2.26-nvlink-1node" / "nccl.dgx-01.9100.log").read_text()
+    (folder / "job.out").write_text(log + (RAS / "nccl-docs-diag-env.txt").read_text())
+    (folder / "ncclras-D.txt").write_bytes((RAS / "nccl-docs-diag-ok.txt").read_bytes())
+    found = kinds(open_ticket([str(folder)], tmp_path / "work"))
+    assert found["ras"] == ["job.out", "ncclras-D.txt"] and found["logs"] == ["job.out"]
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
+    document = json.loads(result.stdout)
+    outputs = {Path(o["source"]).name: o for o in document["ras"]["outputs"]}
+    (inventory,) = outputs["ncclras-D.txt"]["diagnostics"][0]["inventory"]
+    assert (inventory["gpus_per_node"], inventory["gpu_model"]) == (8, "NVIDIA H100")
+    (env,) = [f for f in document["findings"] if f["id"] == "ras.diag-env-mismatch"]
+    assert "NCCL_DEBUG differs" in env["title"] and env["severity"] == "warn"
+    assert document["nccl"]["nccl_version"]  # the same file read as a log too
