@@ -141,7 +141,8 @@ def test_odd_files_never_crash_explain(tmp_path, content):
 def test_the_html_report_shows_each_kind(tmp_path):
     folder = tmp_path / "t"
     folder.mkdir()
-    for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-1911-mismatch.txt"):
+    for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-1911-mismatch.txt",
+                RAS / "nccl-docs-diag-ok.txt"):  # fmt: skip
         (folder / src.name).write_bytes(src.read_bytes())
     (folder / "nccl_trace_rank_0").write_bytes(
         pickle.dumps({"version": "2.4", "pg_config": {}, "entries": []}, protocol=2)
@@ -152,6 +153,7 @@ def test_the_html_report_shows_each_kind(tmp_path):
     html = page.read_text()
     assert '<h2 id="nccl-tests">' in html and "367.44" in html
     assert '<h2 id="ras">' in html and "fa93daea854b060b" in html
+    assert "12.3 ms across 8 RAS peers" in html and "<td>NVIDIA H100</td>" in html
     assert '<h2 id="flight-recorder">' in html and "matched across ranks" in html
 
 
@@ -160,6 +162,8 @@ def test_the_html_view_tolerates_sections_of_the_wrong_shape():
 
     document = {"nccl_tests": {"runs": [{"rows": [{"out_of_place": 3}], "hosts": []}, 7]},
                 "ras": {"outputs": "x"}, "flight_recorder": [], "attachments": {"skipped": 1}}  # fmt: skip
+    assert "<html" in render_document_html(document)
+    document["ras"] = {"outputs": [{"diagnostics": [3, {"inventory": "x", "results": [None]}]}]}
     assert "<html" in render_document_html(document)
 
 
