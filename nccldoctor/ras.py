@@ -186,7 +186,9 @@ def _detail(entry: Entry, line: str) -> None:
 
 # diagnostics_log.h DIAG_PRINT: "%s:%d " (hostname, pid) then "NCCL DIAG %s"; rasDiagnosticsFormatLine
 # the same for a report sent back to ncclras -D. A launcher may put its own prefix in front.
-_DIAG = re.compile(r"(?:(?P<host>[^\s:]+):(?P<pid>\d+) )?NCCL DIAG (?P<body>.*)$")
+_DIAG = "NCCL DIAG "
+# the whole host name (a 64-byte buffer), after a launcher's prefix ("0: ", "[1,0]<stdout>:")
+_DIAG_WHO = re.compile(r"(?<![^\s\]>:])(?P<host>[^\s:]{1,64}):(?P<pid>\d{1,10}) $")
 _DIAG_HEAD = re.compile(r"=== (?P<which>RAS|NCCL) Diagnostics ===$")
 # diagnostics.cc rasDiagnosticsResume "RAS diagnostics completed in %.1f ms across %d %s" (ranks
 # for one communicator, RAS peers on demand); src/diagnostics "NCCL diagnostics completed in …"
@@ -317,9 +319,11 @@ class _DiagReader:
         self.out = out
         self.open: dict[tuple[str | None, int | None], DiagReport] = {}
 
-    def line(self, m: re.Match[str]) -> None:
-        who = (m["host"], _int(m["pid"]))
-        body = m["body"].rstrip()
+    def line(self, line: str, at: int) -> None:
+        """The line whose ``NCCL DIAG `` starts at ``at``: what precedes it names the process."""
+        m = _DIAG_WHO.search(line, max(0, at - 80), at)
+        who = (m["host"], _int(m["pid"])) if m else (None, None)
+        body = line[at + len(_DIAG) :].rstrip()
         if head := _DIAG_HEAD.match(body):
             self._start(who, _kind(head["which"]))
         elif done := _DIAG_DONE.match(body):
@@ -365,8 +369,8 @@ def parse_text(lines: Iterable[str], source: str) -> RasReport:
         if not line.strip() or set(line.strip()) == {"="}:
             entry = None if not line.strip() else entry
             continue
-        if "NCCL DIAG " in line and (m := _DIAG.search(line)):
-            diag.line(m)
+        if (at := line.find(_DIAG)) >= 0:
+            diag.line(line, at)
         elif line.startswith(_DIAG_BUSY):
             diag.busy()
         elif m := _VERSION.match(line):

@@ -4,6 +4,7 @@ threads (tests/fixtures/ras/SOURCES.md), and the rules over it."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,13 @@ def test_odd_diagnostics_lines_never_raise(junk):
     report = parse_text([junk], "t")
     run_checks("ras", RasReading([report]))
     report.to_dict()
+
+
+def test_a_line_of_megabytes_is_read_in_linear_time():
+    long = "a" * 4_000_000
+    lines = [f"{long}:1 NCCL DIAG [INFO] NCCL environment: {long}=x on rank(s) {{{long}",
+             f"h:1 NCCL DIAG [INFO] GPU inventory: {long} per node consistent across 8 ranks"]  # fmt: skip
+    started = time.monotonic()
+    report = parse_text(lines, "t")
+    assert time.monotonic() - started < 5
+    assert report.diagnostics[0].host is None  # no name of 4 MB: the 64-byte host buffer
