@@ -204,16 +204,19 @@ def _diag_problems(
     fix: str,
 ) -> Iterator[Problem]:
     for report, diag, r in _diag(reading, check, severities):
-        src = r.values.get("src")
+        named = r.ranks or [int(v) for k in ("src", "dst") if (v := r.values.get(k))]
+        # where the named ranks ran, from the same ticket's NCCL logs: the RAS checks are printed
+        # by the requesting process, not on the ranks' nodes; P2P edges by the node they are on
+        hosts = [(n, h) for n in named[:8] if (h := reading.host(r.comm_hash, n))]
+        evidence = _diag_evidence(report, diag, r)
+        evidence += [f"rank {n} ran on {h} (its NCCL log)" for n, h in hosts]
         yield Problem(
             severities[r.kind or ""],
             title(r),
-            _diag_evidence(report, diag, r),
+            evidence[:MAX_EVIDENCE],
             fix=fix,
-            # P2P edges are intra-node, printed on the node where they failed; the RAS checks
-            # are printed by the requesting process, which is not where the named ranks run
-            node=diag.host if r.check == "p2p" and src else None,
-            rank=int(src) if src else (r.ranks[0] if r.ranks else None),
+            node=hosts[0][1] if hosts else (diag.host if r.check == "p2p" else None),
+            rank=named[0] if named else None,
         )
 
 

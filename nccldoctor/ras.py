@@ -134,19 +134,30 @@ class RasReport:
 @dataclass
 class RasReading:
     """The subject of the ``ras`` rules: the outputs, and where each rank's NCCL log in the same
-    ticket stops, by communicator hash and rank (RAS prints a communicator's ``commHash``, which
-    is the ``commId 0x…`` of NCCL's ``Init COMPLETE`` line: both are ``comm->commHash``)."""
+    ticket stops and on which host it ran, by communicator hash and rank (RAS and its
+    diagnostics print a communicator's ``commHash``, which is the ``commId 0x…`` of NCCL's
+    ``Init COMPLETE`` line: all are ``comm->commHash``)."""
 
     reports: list[RasReport]
     log_last_lines: dict[tuple[int, int], str] = field(default_factory=dict)
+    log_hosts: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def last_line(self, comm_hash: str | None, rank: int | None) -> str | None:
-        if comm_hash is None or rank is None:
-            return None
-        try:
-            return self.log_last_lines.get((int(comm_hash, 16), rank))
-        except ValueError:
-            return None
+        return _by_rank(self.log_last_lines, comm_hash, rank)
+
+    def host(self, comm_hash: str | None, rank: int | None) -> str | None:
+        return _by_rank(self.log_hosts, comm_hash, rank)
+
+
+def _by_rank(
+    table: dict[tuple[int, int], str], comm_hash: str | None, rank: int | None
+) -> str | None:
+    if comm_hash is None or rank is None:
+        return None
+    try:
+        return table.get((int(comm_hash, 16), rank))
+    except ValueError:
+        return None
 
 
 _VERSION = re.compile(r"^NCCL version (?P<v>[\d.]+)")

@@ -261,3 +261,20 @@ def test_explain_reports_the_diagnostics_a_jobs_stdout_and_ncclras_d_printed(tmp
     (env,) = [f for f in document["findings"] if f["id"] == "ras.diag-env-mismatch"]
     assert "NCCL_DEBUG differs" in env["title"] and env["severity"] == "warn"
     assert document["nccl"]["nccl_version"]  # the same file read as a log too
+
+
+def test_a_rank_the_diagnostics_name_is_placed_on_its_host_by_its_nccl_log(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    logs = FIXTURES / "logs" / "v2.26-nvlink-1node"
+    for log in logs.iterdir():
+        (folder / log.name).write_bytes(log.read_bytes())
+    # derived: diagnostics_gpu.cc's uncorrected-ECC line for this job's communicator
+    (folder / "ncclras-D.txt").write_text(
+        "dgx-01:9100 NCCL DIAG [INFO] ECC: uncorrected volatile errors on rank(s) {2} (worst=1) "
+        "across 4 ranks in comm 0x7d1a5e9c3b2f8a40\n"
+    )
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
+    (ecc,) = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "ras.diag-ecc"]
+    assert (ecc["severity"], ecc["node"], ecc["rank"]) == ("fail", "dgx-01", 2)
+    assert ecc["evidence"][-1] == "rank 2 ran on dgx-01 (its NCCL log)"
