@@ -346,9 +346,14 @@ class _DiagReader:
             report = self.open.get(who) or self._start(
                 who, "active" if result.check == "p2p" else "ras"
             )
-            env = [r for r in report.results if r.kind == "mismatch" and r.check == result.check]
-            if result.kind == "value" and env:
-                env[-1].groups.append((result.values.get("value", ""), result.ranks))
+            last = report.results[-1] if report.results else None
+            # diagnostics_env.cc prints each variable's values right after its mismatch line
+            if (
+                result.kind == "value"
+                and last is not None
+                and (last.check, last.kind) == (result.check, "mismatch")
+            ):
+                last.groups.append((result.values.get("value", ""), result.ranks))
             else:
                 report.results.append(result)
 
