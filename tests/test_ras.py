@@ -81,9 +81,10 @@ def test_json_dead_mismatch_and_errors_derived_from_the_guides_sample():
 
 
 @pytest.mark.parametrize("junk", ["", "{", "[]", '{"communicators": 3, "nccl_version": 1}',
-                                  "Errors\n======\n  orphan detail\nDEAD\n"])  # fmt: skip
+                                  "Errors\n======\n  orphan detail\nDEAD\n", "[" * 100_000])  # fmt: skip
 def test_odd_input_never_raises(junk):
     run_checks("ras", RasReading([parse_text(junk.splitlines(), "t"), parse_json(junk, "j")]))
+    assert junk.startswith("{\"") or parse_json(junk, "j").error
 
 
 # ---- NCCL DIAG (2.31+) --------------------------------------------------------------------------
