@@ -211,9 +211,9 @@ _DIAG_DONE = re.compile(
 _DIAG_RESULT = re.compile(r"\[(?P<tag>OK|INFO)\]\s+(?:(?P<check>[^:]+): )?(?P<message>.*)$")
 # client.cc, a second on-demand request while one runs
 _DIAG_BUSY = "BUSY: diagnostics already in progress"
-# diagnostics_checks_common.cc rasDiagnosticsFormatRankSet: "{0,1,2}" or "{0,1,...} (N=12)"; a
-# set longer than its 128-byte buffer ends cut, without its brace
-_RANKS = r"rank\(s\) \{(?P<ranks>[\d,]*?)(?:,\.\.\.\} \(N=(?P<total>\d+)\)|\}|[,.]*(?= ))"
+# diagnostics_checks_common.cc rasDiagnosticsFormatRankSet: "{0,1,2}", or past
+# RAS_DIAG_RANK_SET_MAX (8) ranks "{0,1,...,7,...} (N=12)"
+_RANKS = r"rank\(s\) \{(?P<ranks>[\d,]*?)(?:,\.\.\.\} \(N=(?P<total>\d+)\)|\})"
 _COMM = r"in comm 0x(?P<comm>[0-9a-f]+)"
 _ACROSS = rf"across (?P<n>\d+) ranks {_COMM}"
 _REF = r"differ from rank (?P<ref>\d+)"
