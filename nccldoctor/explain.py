@@ -95,7 +95,7 @@ def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], lis
             report = ras.parse_text(text.splitlines(), f.name)
         report.error = report.error or (_CUT if cut else None)
         reports.append(report)
-    reading = ras.RasReading(reports, context.get("last_lines", {}))
+    reading = ras.RasReading(reports, *context.get("log_ranks", ({}, {})))
     return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reading)
 
 
@@ -136,18 +136,24 @@ def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
     return links, unread
 
 
-def _last_lines(summary: Any) -> dict[tuple[int, int], str]:
-    """Where each rank's log stops, by (communicator hash, rank), from the log summary."""
-    found: dict[tuple[int, int], str] = {}
+def _log_ranks(summary: Any) -> tuple[dict[tuple[int, int], str], dict[tuple[int, int], str]]:
+    """Where each rank's log stops and the host it ran on, by (communicator hash, rank), from
+    the log summary."""
+    last: dict[tuple[int, int], str] = {}
+    hosts: dict[tuple[int, int], str] = {}
     for comm in (summary or {}).get("communicators") or []:
         try:
             comm_hash = int(comm.get("comm_id"), 16)
         except (TypeError, ValueError):
             continue
         for rank in comm.get("ranks") or []:
-            if isinstance(rank.get("rank"), int) and rank.get("last_line"):
-                found[(comm_hash, rank["rank"])] = rank["last_line"]
-    return found
+            if not isinstance(rank.get("rank"), int):
+                continue
+            if rank.get("last_line"):
+                last[(comm_hash, rank["rank"])] = rank["last_line"]
+            if rank.get("host"):
+                hosts[(comm_hash, rank["rank"])] = str(rank["host"])
+    return last, hosts
 
 
 def explain_ticket(
@@ -165,7 +171,7 @@ def explain_ticket(
     context: Context = {
         "network": extra.get("network"),
         "links": links,
-        "last_lines": _last_lines(extra.get("nccl")),
+        "log_ranks": _log_ranks(extra.get("nccl")),
     }
     for kind, analyse in ANALYSES.items():
         files = ticket.of_kind(kind)

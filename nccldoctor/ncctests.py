@@ -12,11 +12,12 @@ becomes a run with ``error`` set.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from nccldoctor import jsondoc
 
 # MPI launchers prefix each line with the rank and stream (``[1,0]<stdout>:``)
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std\w+>:")
@@ -321,13 +322,10 @@ def is_json_document(data: Any) -> bool:
 def parse_json(text: str, source: str) -> PerfRun:
     """The run in a ``-J`` document; ``error`` says why when it is not one."""
     run = PerfRun(source)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        run.error = f"not a whole JSON document ({exc}): nccl-tests stopped while writing it?"
-        return run
-    if not is_json_document(data):
-        run.error = "JSON, but not nccl-tests' -J output"
+    data, run.error = jsondoc.load(
+        text, is_json_document, "nccl-tests' -J output", ": nccl-tests stopped while writing it?"
+    )
+    if data is None:
         return run
     args = data.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
@@ -339,26 +337,26 @@ def parse_json(text: str, source: str) -> PerfRun:
     config = data.get("config")
     if isinstance(config, dict):
         run.settings = {str(k): str(v) for k, v in config.items() if not isinstance(v, list)}
-        for d in _list(config.get("devices")):
+        for d in jsondoc.as_list(config.get("devices")):
             if isinstance(d, dict) and isinstance(d.get("rank"), int):
                 run.devices.append(
                     Device(
                         d["rank"],
                         str(d.get("hostname", "?")),
-                        _int(d.get("device")),
-                        _int(d.get("pid")),
+                        jsondoc.as_int(d.get("device")),
+                        jsondoc.as_int(d.get("pid")),
                         str(d.get("device_info", "")),
                     )
                 )
     run.wrong_column = "#wrong"
-    for entry in _list(data.get("results")):
+    for entry in jsondoc.as_list(data.get("results")):
         if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
             run.cut_rows += 1
             continue
         run.rows.append(
             Row(
                 entry["size"],
-                _int(entry.get("count")),
+                jsondoc.as_int(entry.get("count")),
                 _str(entry.get("type")),
                 _str(entry.get("redop")),
                 _str(entry.get("root")),
@@ -373,14 +371,10 @@ def parse_json(text: str, source: str) -> PerfRun:
     if isinstance(avg, dict):
         run.avg_busbw_GBps = _json_number(avg.get("bandwidth"))
         run.concluded = True
-    for error in _list(data.get("errors")):
+    for error in jsondoc.as_list(data.get("errors")):
         if isinstance(error, str) and error:
             run.failures.append(error)
     return run
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _str(value: Any) -> str | None:
@@ -427,8 +421,3 @@ def link_GBps(ib_rates: Iterable[str], nic_mbps: Iterable[int]) -> float | None:
         return sum(ib) / 8
     eth = [s for s in nic_mbps if s and s > 0]
     return sum(eth) / 8000 if eth else None
-
-
-def _list(value: Any) -> list[Any]:
-    """A list a document holds, or none: a key of the wrong type is no data."""
-    return value if isinstance(value, list) else []

@@ -1,19 +1,24 @@
 """NCCL RAS output (``ncclras``, text and ``-f json``) as data: the job, the communicators, and
-each error or warning RAS printed with the ranks and processes it names.
+each error or warning RAS printed with the ranks and processes it names; and NCCL 2.31+'s
+diagnostics reports (``NCCL DIAG`` lines: ``ncclras -D``, ``NCCL_RUN_RAS_DIAGNOSTICS=1``,
+``NCCL_RUN_DIAGNOSTICS=1``) with the inventory they state per communicator.
 
 The text format is NCCL's src/ras/client_support.cc (``rasOutAppend`` calls), described in
 the formats page (docs/nccl-tests-formats.md#ras); each detail line kind is one row of
-``_DETAILS``. It judges nothing: the rules are ``checks/ras.py``. Bad input never raises: what
-cannot be read is left out and ``error`` says why (JSON).
+``_DETAILS``. The diagnostics lines are src/ras/diagnostics*.cc and src/diagnostics/ of NCCL
+2.31.2 (docs/nccl-tests-formats.md#diag), one row of ``_DIAG_LINES`` per message. It judges
+nothing: the rules are ``checks/ras.py``. Bad input never raises: what cannot be read is left
+out and ``error`` says why (JSON).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from nccldoctor import jsondoc
 
 
 @dataclass
@@ -54,6 +59,60 @@ class CommGroup:
 
 
 @dataclass
+class DiagResult:
+    """One ``[OK]`` or ``[INFO]`` line of a diagnostics report."""
+
+    tag: str  # OK | INFO
+    check: str  # "GPU inventory", "CUDA driver version", "ECC", "NVLink", "NCCL environment", "p2p"
+    message: str  # the text after "<check>: "
+    kind: str | None = None  # which message of _DIAG_LINES it is; None: one this table lacks
+    comm_hash: str | None = None  # hex, without 0x
+    ranks: list[int] = field(default_factory=list)  # the rank set it names ({0,1,...} (N=12))
+    ranks_total: int | None = None  # the set's size when NCCL cut the list
+    values: dict[str, str] = field(default_factory=dict)  # model, gpus, version, links, worst ...
+    groups: list[tuple[str, list[int]]] = field(default_factory=list)  # env: value -> its ranks
+
+
+@dataclass
+class Inventory:
+    """What one communicator's diagnostics stated when its ranks agreed."""
+
+    comm_hash: str
+    ranks: int | None = None
+    gpus_per_node: int | None = None
+    gpu_model: str | None = None
+    cuda_driver: int | None = None  # the CUDA version the driver supports, 13000 = 13.0
+    nvlinks_per_device: int | None = None  # None: no line (PCIe-only systems print none)
+    ecc: str | None = None  # clean | errors | unavailable
+
+
+@dataclass
+class DiagReport:
+    """One diagnostics report: ``=== RAS Diagnostics ===`` (passive, over RAS) or
+    ``=== NCCL Diagnostics ===`` (active, at communicator init), its results, its end."""
+
+    kind: str  # ras | active
+    host: str | None = None  # the process that printed it (DIAG_PRINT's "%s:%d" prefix)
+    pid: int | None = None
+    results: list[DiagResult] = field(default_factory=list)
+    completed_ms: float | None = None  # None: the report's last line never came
+    completed_across: int | None = None
+    across: str | None = None  # "ranks" (one communicator's) or "RAS peers" (the job's processes)
+    busy: bool = False  # "BUSY: diagnostics already in progress": nothing ran
+
+    def inventory(self) -> list[Inventory]:
+        """Per communicator, what its ranks agree on (GPUs per node, model, driver, NVLinks)."""
+        found: dict[str, Inventory] = {}
+        for r in self.results:
+            if r.comm_hash is not None and r.kind is not None:
+                inv = found.setdefault(r.comm_hash, Inventory(r.comm_hash))
+                inv.ranks = _int(r.values.get("n")) or inv.ranks
+                _state(inv, r)
+        stated = ("gpus_per_node", "gpu_model", "cuda_driver", "nvlinks_per_device", "ecc")
+        return [i for i in found.values() if any(getattr(i, k) is not None for k in stated)]
+
+
+@dataclass
 class RasReport:
     source: str
     nccl_version: str | None = None
@@ -62,28 +121,43 @@ class RasReport:
     gpus: int | None = None
     groups: list[CommGroup] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
+    diagnostics: list[DiagReport] = field(default_factory=list)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for diag, report in zip(data["diagnostics"], self.diagnostics, strict=True):
+            diag["inventory"] = [asdict(i) for i in report.inventory()]
+        return data
 
 
 @dataclass
 class RasReading:
     """The subject of the ``ras`` rules: the outputs, and where each rank's NCCL log in the same
-    ticket stops, by communicator hash and rank (RAS prints a communicator's ``commHash``, which
-    is the ``commId 0x…`` of NCCL's ``Init COMPLETE`` line: both are ``comm->commHash``)."""
+    ticket stops and on which host it ran, by communicator hash and rank (RAS and its
+    diagnostics print a communicator's ``commHash``, which is the ``commId 0x…`` of NCCL's
+    ``Init COMPLETE`` line: all are ``comm->commHash``)."""
 
     reports: list[RasReport]
     log_last_lines: dict[tuple[int, int], str] = field(default_factory=dict)
+    log_hosts: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def last_line(self, comm_hash: str | None, rank: int | None) -> str | None:
-        if comm_hash is None or rank is None:
-            return None
-        try:
-            return self.log_last_lines.get((int(comm_hash, 16), rank))
-        except ValueError:
-            return None
+        return _by_rank(self.log_last_lines, comm_hash, rank)
+
+    def host(self, comm_hash: str | None, rank: int | None) -> str | None:
+        return _by_rank(self.log_hosts, comm_hash, rank)
+
+
+def _by_rank(
+    table: dict[tuple[int, int], str], comm_hash: str | None, rank: int | None
+) -> str | None:
+    if comm_hash is None or rank is None:
+        return None
+    try:
+        return table.get((int(comm_hash, 16), rank))
+    except ValueError:
+        return None
 
 
 _VERSION = re.compile(r"^NCCL version (?P<v>[\d.]+)")
@@ -119,13 +193,191 @@ def _detail(entry: Entry, line: str) -> None:
         entry.operations.append((int(m["n"]), int(m["op"])))
 
 
-def is_text(head: str) -> bool:
-    """RAS's own section headings (client_support.cc), as a ticket's file starts."""
-    return "Job summary\n===" in head or bool(re.search(r"^Communicators\.\.\.", head, re.M))
+# ---- NCCL DIAG reports (NCCL 2.31+) ------------------------------------------------------------
+
+# diagnostics_log.h DIAG_PRINT: "%s:%d " (hostname, pid) then "NCCL DIAG %s"; rasDiagnosticsFormatLine
+# the same for a report sent back to ncclras -D. A launcher may put its own prefix in front.
+_DIAG = "NCCL DIAG "
+# the whole host name (a 64-byte buffer), after a launcher's prefix ("0: ", "[1,0]<stdout>:")
+_DIAG_WHO = re.compile(r"(?<![^\s\]>:])(?P<host>[^\s:]{1,64}):(?P<pid>\d{1,10}) $")
+_DIAG_HEAD = re.compile(r"=== (?P<which>RAS|NCCL) Diagnostics ===$")
+# diagnostics.cc rasDiagnosticsResume "RAS diagnostics completed in %.1f ms across %d %s" (ranks
+# for one communicator, RAS peers on demand); src/diagnostics "NCCL diagnostics completed in …"
+_DIAG_DONE = re.compile(
+    r"(?P<which>RAS|NCCL) diagnostics completed in (?P<ms>\d+(?:\.\d+)?) ms across (?P<n>\d+) "
+    r"(?P<across>ranks|RAS peers)"
+)
+# RAS_DIAG_TAG_OK "[OK]   ", RAS_DIAG_TAG_INFO "[INFO] ", then "<check>: <message>" mostly
+_DIAG_RESULT = re.compile(r"\[(?P<tag>OK|INFO)\]\s+(?:(?P<check>[^:]+): )?(?P<message>.*)$")
+# client.cc, a second on-demand request while one runs
+_DIAG_BUSY = "BUSY: diagnostics already in progress"
+# diagnostics_checks_common.cc rasDiagnosticsFormatRankSet: "{0,1,2}", or past
+# RAS_DIAG_RANK_SET_MAX (8) ranks "{0,1,...,7,...} (N=12)"
+_RANKS = r"rank\(s\) \{(?P<ranks>[\d,]*?)(?:,\.\.\.\} \(N=(?P<total>\d+)\)|\})"
+_COMM = r"in comm 0x(?P<comm>[0-9a-f]+)"
+_ACROSS = rf"across (?P<n>\d+) ranks {_COMM}"
+_REF = r"differ from rank (?P<ref>\d+)"
+
+# (check, kind, message pattern): the rasDiagnosticsReport formats of NCCL 2.31.2 src/ras/
+# diagnostics_gpu.cc (GPU inventory, CUDA driver version, ECC, NVLink), diagnostics_env.cc (NCCL
+# environment), diagnostics_checks_common.cc (incomplete, any check: None) and the active P2P
+# check's DIAG_PRINTs (src/diagnostics/p2p.cc). First match wins.
+_DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
+    (check, kind, re.compile(pattern))
+    for check, kind, pattern in (
+        ("GPU inventory", "count-only",
+         rf"(?P<gpus>\d+) GPUs per node consistent {_ACROSS}, GPU model unavailable via NVML$"),
+        ("GPU inventory", "model-only",
+         rf"(?P<model>.+) per node consistent {_ACROSS}, GPU count unavailable via NVML$"),
+        ("GPU inventory", "consistent", rf"(?P<gpus>\d+)x (?P<model>.+) per node consistent {_ACROSS}$"),
+        ("GPU inventory", "unavailable", rf"unavailable via NVML {_ACROSS}$"),
+        ("GPU inventory", "count-mismatch",
+         rf"count mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<gpus>\d+)\)$"),
+        ("GPU inventory", "model-mismatch",
+         rf"model mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<model>.*)\)$"),
+        ("CUDA driver version", "consistent", rf"(?P<version>\d+) consistent {_ACROSS}$"),
+        ("CUDA driver version", "unavailable", rf"unavailable {_ACROSS}$"),
+        ("CUDA driver version", "mismatch",
+         rf"mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<version>\w+)\)$"),
+        ("ECC", "unavailable", rf"unavailable via NVML {_ACROSS}$"),
+        ("ECC", "clean", rf"no uncorrected volatile errors {_ACROSS}$"),
+        ("ECC", "clean-partial",
+         rf"no uncorrected volatile errors across (?P<available>\d+) of (?P<n>\d+) ranks {_COMM} "
+         r"\(ECC counters unavailable via NVML on (?P<unavailable>\d+) ranks\)$"),
+        ("ECC", "uncorrected",
+         rf"uncorrected volatile errors on {_RANKS} \(worst=(?P<worst>\d+)\) {_ACROSS}$"),
+        ("ECC", "corrected",
+         rf"corrected volatile errors at or above threshold (?P<threshold>\d+) on {_RANKS} "
+         rf"\(worst=(?P<worst>\d+)\) {_ACROSS}$"),
+        ("NVLink", "consistent",
+         rf"found (?P<links>\d+) link\(s\) per device, all active {_ACROSS}$"),
+        ("NVLink", "count-mismatch",
+         rf"link-count mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<links>\d+)\)$"),
+        ("NVLink", "inactive", rf"inactive link\(s\) on {_RANKS} {_ACROSS}$"),
+        ("NCCL environment", "consistent", rf"NCCL_\* env vars consistent {_ACROSS}$"),
+        ("NCCL environment", "mismatch", rf"mismatch {_ACROSS} for (?P<key>.+)$"),
+        ("NCCL environment", "value", rf"(?P<key>[^=\s]+)=(?P<value>.*) on {_RANKS}$"),
+        ("NCCL environment", "differ",
+         rf"(?P<count>\d+) NCCL_\* env var\(s\) differ across ranks {_COMM}$"),
+        ("NCCL environment", "truncated",
+         r"(?P<count>\d+) rank\(s\) had >(?P<bytes>\d+) bytes of NCCL_\* env vars; "
+         r"comparison may be partial$"),
+        (None, "incomplete",
+         r"diagnostics incomplete, gathered (?P<gathered>\d+)/(?P<n>\d+) ranks in comm "
+         r"0x(?P<comm>[0-9a-f]+)/0x[0-9a-f]+/0x[0-9a-f]+ \(RAS overlay may not be ready\)$"),
+        ("p2p", "verified",
+         r"all (?P<passed>\d+) directed GPU P2P edges verified"
+         r"(?: \(skipped indirect=(?P<skipped>\d+)\))?$"),
+        ("p2p", "edges-failed",
+         r"(?P<passed>\d+)/(?P<tested>\d+) directed GPU P2P edges verified"
+         r"(?: \(skipped indirect=(?P<skipped>\d+)\))?$"),
+        ("p2p", "edge",
+         r"(?P<failure>[a-z][a-z /-]*?) srcRank=(?P<src>\d+) srcCudaDev=(?P<src_dev>-?\d+) "
+         r"srcNvmlDev=-?\d+ dstRank=(?P<dst>\d+) dstCudaDev=(?P<dst_dev>-?\d+) dstNvmlDev=-?\d+ "
+         r"path=(?P<path>\S+) handle=(?P<handle>\S+)(?P<detail>.*)$"),
+        ("p2p", "returned", r"(?:active )?check returned (?P<code>-?\d+)$"),
+    )
+)  # fmt: skip
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+def _state(inv: Inventory, r: DiagResult) -> None:
+    """What a line states of its communicator's inventory when its ranks agree (or that ECC
+    errors were found); mismatch lines state nothing common."""
+    v = r.values
+    match (r.check, r.kind):
+        case ("GPU inventory", "consistent"):
+            inv.gpus_per_node, inv.gpu_model = int(v["gpus"]), v["model"]
+        case ("GPU inventory", "count-only"):
+            inv.gpus_per_node = int(v["gpus"])
+        case ("GPU inventory", "model-only"):
+            inv.gpu_model = v["model"]
+        case ("CUDA driver version", "consistent"):
+            inv.cuda_driver = int(v["version"])
+        case ("NVLink", "consistent"):
+            inv.nvlinks_per_device = int(v["links"])
+        case ("ECC", "clean" | "clean-partial"):
+            inv.ecc = inv.ecc or "clean"
+        case ("ECC", "uncorrected" | "corrected"):
+            inv.ecc = "errors"
+        case ("ECC", "unavailable"):
+            inv.ecc = "unavailable"
+
+
+def _diag_result(tag: str, check: str, message: str) -> DiagResult:
+    result = DiagResult(tag, check, message)
+    for row_check, kind, pattern in _DIAG_LINES:
+        if row_check not in (None, check) or not (m := pattern.match(message)):
+            continue
+        values = {k: v for k, v in m.groupdict().items() if v is not None}
+        result.kind = kind
+        result.comm_hash = values.pop("comm", None)
+        result.ranks = [int(r) for r in values.pop("ranks", "").split(",") if r.isdigit()]
+        result.ranks_total = _int(values.pop("total", None)) or (len(result.ranks) or None)
+        result.values = values
+        break
+    return result
+
+
+class _DiagReader:
+    """The diagnostics reports in a stream of lines, one open report per printing process (the
+    rank-0 processes of several communicators can print at once)."""
+
+    def __init__(self, out: list[DiagReport]) -> None:
+        self.out = out
+        self.open: dict[tuple[str | None, int | None], DiagReport] = {}
+
+    def line(self, line: str, at: int) -> None:
+        """The line whose ``NCCL DIAG `` starts at ``at``: what precedes it names the process."""
+        m = _DIAG_WHO.search(line, max(0, at - 80), at)
+        who = (m["host"], _int(m["pid"])) if m else (None, None)
+        body = line[at + len(_DIAG) :].rstrip()
+        if head := _DIAG_HEAD.match(body):
+            self._start(who, _kind(head["which"]))
+        elif done := _DIAG_DONE.match(body):
+            report = self.open.pop(who, None) or self._start(who, _kind(done["which"]), keep=False)
+            report.completed_ms = float(done["ms"])
+            report.completed_across, report.across = int(done["n"]), done["across"]
+        elif res := _DIAG_RESULT.match(body):
+            result = _diag_result(res["tag"], (res["check"] or "").strip(), res["message"])
+            report = self.open.get(who) or self._start(
+                who, "active" if result.check == "p2p" else "ras"
+            )
+            last = report.results[-1] if report.results else None
+            # diagnostics_env.cc prints each variable's values right after its mismatch line
+            if (
+                result.kind == "value"
+                and last is not None
+                and (last.check, last.kind) == (result.check, "mismatch")
+            ):
+                last.groups.append((result.values.get("value", ""), result.ranks))
+            else:
+                report.results.append(result)
+
+    def busy(self) -> None:
+        self.out.append(DiagReport("ras", busy=True))
+
+    def _start(
+        self, who: tuple[str | None, int | None], kind: str, keep: bool = True
+    ) -> DiagReport:
+        report = DiagReport(kind, who[0], who[1])
+        self.out.append(report)
+        if keep:
+            self.open[who] = report
+        return report
+
+
+def _kind(which: str) -> str:
+    return "ras" if which == "RAS" else "active"
 
 
 def parse_text(lines: Iterable[str], source: str) -> RasReport:
+    """An ncclras text output, or any text with diagnostics reports in it (a job's stdout)."""
     report = RasReport(source)
+    diag = _DiagReader(report.diagnostics)
     section = ""
     entry: Entry | None = None
     for raw in lines:
@@ -133,7 +385,11 @@ def parse_text(lines: Iterable[str], source: str) -> RasReport:
         if not line.strip() or set(line.strip()) == {"="}:
             entry = None if not line.strip() else entry
             continue
-        if m := _VERSION.match(line):
+        if (at := line.find(_DIAG)) >= 0:
+            diag.line(line, at)
+        elif line.startswith(_DIAG_BUSY):
+            diag.busy()
+        elif m := _VERSION.match(line):
             report.nccl_version = m["v"]
         elif line.startswith("Job summary"):
             section = "job"
@@ -185,22 +441,17 @@ def parse_json(text: str, source: str) -> RasReport:
     (missing ranks: INCOMPLETE or DEAD; unequal collective counts: MISMATCH; a rank's init or
     async error: ERROR)."""
     report = RasReport(source)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        report.error = f"not a whole JSON document ({exc})"
-        return report
-    if not is_json_document(data):
-        report.error = "JSON, but not ncclras -f json output"
+    data, report.error = jsondoc.load(text, is_json_document, "ncclras -f json output")
+    if data is None:
         return report
     report.nccl_version = _s(data.get("nccl_version"))
     nodes: set[str] = set()
     for index, comm in enumerate(
-        c for c in _list(data.get("communicators")) if isinstance(c, dict)
+        c for c in jsondoc.as_list(data.get("communicators")) if isinstance(c, dict)
     ):
         name, comm_hash = f"#{index}", _s(comm.get("hash"))
-        ranks = [r for r in _list(comm.get("ranks")) if isinstance(r, dict)]
-        missing = [r for r in _list(comm.get("missing_ranks")) if isinstance(r, dict)]
+        ranks = [r for r in jsondoc.as_list(comm.get("ranks")) if isinstance(r, dict)]
+        missing = [r for r in jsondoc.as_list(comm.get("missing_ranks")) if isinstance(r, dict)]
         nodes |= {str(r.get("host")) for r in ranks + missing if r.get("host")}
         if missing:
             dead = [r for r in missing if _status(r).get("considered_dead") is True]
@@ -260,13 +511,6 @@ def _status(rank: dict[str, Any]) -> dict[str, Any]:
 
 
 def _peer(rank: dict[str, Any]) -> Peer:
-    def num(key: str) -> int | None:
-        value = rank.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    return Peer(num("rank"), num("pid"), _s(rank.get("host")), _s(num("cuda_dev")))
-
-
-def _list(value: Any) -> list[Any]:
-    """A list a document holds, or none: a key of the wrong type is no data."""
-    return value if isinstance(value, list) else []
+    num = jsondoc.as_int
+    return Peer(num(rank.get("rank")), num(rank.get("pid")), _s(rank.get("host")),
+                _s(num(rank.get("cuda_dev"))))  # fmt: skip

@@ -40,7 +40,12 @@ _NCCL_TESTS_TEXT = re.compile(
     r"|: Test (?:NCCL|CUDA) failure |#\s+size\s+count\s+type"
 )
 _NCCL_LINE = re.compile(r" NCCL (?:INFO|WARN) |^NCCL version |ProcessGroupNCCL", re.M)
-_RAS_TEXT = re.compile(r"^Job summary\r?\n=+|^Communicators\.\.\.", re.M)
+# The kinds that are also a log when NCCL's lines run through them; ncclras itself prints
+# "NCCL version", so only INFO and WARN lines make RAS text a log
+_ALSO_A_LOG = {"nccl_tests": _NCCL_LINE, "ras": re.compile(r" NCCL (?:INFO|WARN) ")}
+# ncclras's headings (src/ras/client_support.cc), and NCCL 2.31+'s diagnostics lines
+# ("host:pid NCCL DIAG ...", src/include/diagnostics_log.h) in ncclras -D output or a job's stdout
+_RAS_TEXT = re.compile(r"^Job summary\r?\n=+|^Communicators\.\.\.|(?::\d+ |^)NCCL DIAG ", re.M)
 
 
 def _is_binary(head: bytes) -> bool:
@@ -54,9 +59,10 @@ class Kind:
     detect: Callable[[bytes], bool]
 
 
-# In order: the first row that recognises a file decides, except that nccl-tests text is also a
-# log when NCCL's own lines run through it. Flight Recorder dumps, pickle or JSON, as their
-# reader recognises them (forensics/flightrec.py).
+# In order: the first row that recognises a file decides, except that nccl-tests and RAS text
+# (a job's stdout with its diagnostics report) are also a log when NCCL's own lines run
+# through it. Flight Recorder dumps, pickle or JSON, as their reader recognises them
+# (forensics/flightrec.py).
 KINDS: tuple[Kind, ...] = (
     Kind("flight_recorder", "Flight Recorder dumps", looks_like_dump),
     Kind("reports", "nccldoctor reports", _json_with("schema_version", "findings", "tool_version")),
@@ -128,7 +134,8 @@ def sort_attachment(path: str, name: str, size: int) -> Attachment | None:
     if first is None:
         return None
     kinds = [first.name]
-    if first.name == "nccl_tests" and _NCCL_LINE.search(_text(head)):
+    also_log = _ALSO_A_LOG.get(first.name)
+    if also_log is not None and also_log.search(_text(head)):
         kinds.append("logs")
     return Attachment(path, name, kinds, size)
 

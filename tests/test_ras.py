@@ -4,6 +4,7 @@ threads (tests/fixtures/ras/SOURCES.md), and the rules over it."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,128 @@ def test_json_dead_mismatch_and_errors_derived_from_the_guides_sample():
 
 
 @pytest.mark.parametrize("junk", ["", "{", "[]", '{"communicators": 3, "nccl_version": 1}',
-                                  "Errors\n======\n  orphan detail\nDEAD\n"])  # fmt: skip
+                                  "Errors\n======\n  orphan detail\nDEAD\n", "[" * 100_000])  # fmt: skip
 def test_odd_input_never_raises(junk):
     run_checks("ras", RasReading([parse_text(junk.splitlines(), "t"), parse_json(junk, "j")]))
+    assert junk.startswith('{"') or parse_json(junk, "j").error
+
+
+# ---- NCCL DIAG (2.31+) --------------------------------------------------------------------------
+
+
+def test_an_on_demand_report_from_the_user_guide_states_the_inventory_and_finds_nothing():
+    report = read("nccl-docs-diag-ok.txt")
+    (diag,) = report.diagnostics
+    assert (diag.kind, diag.host, diag.pid) == ("ras", "node042", 12345)
+    assert (diag.completed_ms, diag.completed_across, diag.across) == (12.3, 8, "RAS peers")
+    assert [r.check for r in diag.results] == ["GPU inventory", "CUDA driver version", "ECC",
+                                               "NVLink", "NCCL environment"]  # fmt: skip
+    (inv,) = report.to_dict()["diagnostics"][0]["inventory"]
+    assert inv == {"comm_hash": "1234", "ranks": 8, "gpus_per_node": 8,
+                   "gpu_model": "NVIDIA H100", "cuda_driver": 13000,
+                   "nvlinks_per_device": 18, "ecc": "clean"}  # fmt: skip
+    assert not by_id([report])
+
+
+def test_an_nccl_variable_that_differs_names_each_value_and_its_ranks():
+    (found,) = by_id([read("nccl-docs-diag-env.txt")])["ras.diag-env-mismatch"]
+    assert found.severity == "warn"
+    assert found.title == (
+        "NCCL DIAG: NCCL_DEBUG differs across the ranks of comm 0x1234: "
+        "INFO on {0,1,2,3}; WARN on {4,5,6,7}"
+    )
+    assert found.evidence[-2:] == ["NCCL environment: NCCL_DEBUG=INFO on rank(s) {0,1,2,3}",
+                                   "NCCL environment: NCCL_DEBUG=WARN on rank(s) {4,5,6,7}"]  # fmt: skip
+
+
+def test_the_active_report_from_the_user_guide_without_its_prefix():
+    (diag,) = read("nccl-docs-diag-active.txt").diagnostics
+    assert (diag.kind, diag.host, diag.completed_across, diag.across) == ("active", None, 8,
+                                                                          "ranks")  # fmt: skip
+    (p2p,) = diag.results
+    assert (p2p.tag, p2p.check, p2p.kind, p2p.values["passed"]) == ("OK", "p2p", "verified", "56")
+
+
+# Lines of problems nobody has published yet, each written with its format string at NCCL
+# v2.31.2 (commit 8898068): src/ras/diagnostics_gpu.cc, diagnostics_checks_common.cc
+# (rasDiagnosticsFormatRankSet: 8 ranks at most, then ",...} (N=total)";
+# rasDiagnosticsReportIncomplete), src/diagnostics/p2p.cc.
+PREFIX = "gpu-a17:88 NCCL DIAG "
+BAD = [
+    "=== RAS Diagnostics ===",
+    "[INFO] GPU inventory: count mismatch across 16 ranks in comm 0x9e17999afaa87dbb, rank(s) "
+    "{8,9,10,11,12,13,14} differ from rank 0 (8)",
+    "[INFO] GPU inventory: model mismatch across 16 ranks in comm 0x9e17999afaa87dbb, rank(s) "
+    "{8,9,10,11,12,13,14} differ from rank 0 (NVIDIA H100 80GB HBM3)",
+    "[INFO] CUDA driver version: mismatch across 32 ranks in comm 0x9e17999afaa87dbb, rank(s) "
+    "{16,17,18,19,20,21,22,23,...} (N=16) differ from rank 0 (12080)",
+    "[INFO] ECC: uncorrected volatile errors on rank(s) {5} (worst=2) across 16 ranks in comm "
+    "0x9e17999afaa87dbb",
+    "[INFO] ECC: corrected volatile errors at or above threshold 100 on rank(s) {3,7} "
+    "(worst=412) across 16 ranks in comm 0x9e17999afaa87dbb",
+    "[INFO] NVLink: inactive link(s) on rank(s) {13} across 16 ranks in comm 0x9e17999afaa87dbb",
+    "[INFO] NVLink: link-count mismatch across 16 ranks in comm 0x9e17999afaa87dbb, rank(s) "
+    "{13} differ from rank 0 (18)",
+    "[INFO] NCCL environment: diagnostics incomplete, gathered 12/16 ranks in comm "
+    "0x9e17999afaa87dbb/0x51a3/0x77c2 (RAS overlay may not be ready)",
+    "RAS diagnostics completed in 30.0 ms across 16 ranks",
+    "=== NCCL Diagnostics ===",
+    "[INFO] p2p: write mismatch srcRank=2 srcCudaDev=2 srcNvmlDev=2 dstRank=3 dstCudaDev=3 "
+    "dstNvmlDev=3 path=NVL handle=CUMEM_POSIX_FD expected=0x0000000200000003 "
+    "got=0x0000000000000000 verify=0x0000000000000000; check the single-node NVLink topology and "
+    "peer-access state with 'nvidia-smi topo -m' and 'nvidia-smi topo -p2p n'",
+    "[INFO] p2p: 54/56 directed GPU P2P edges verified",
+    "NCCL diagnostics completed in 80.5 ms across 8 ranks",
+]
+
+
+def test_each_problem_a_diagnostics_report_names_is_one_finding():
+    text = "\n".join(f"0: {PREFIX}{line}" for line in BAD)  # srun -l puts "0: " in front
+    found = by_id([parse_text(text.splitlines(), "job.out")])
+    (ecc_fail, ecc_warn) = found["ras.diag-ecc"]
+    assert (ecc_fail.severity, ecc_fail.rank) == ("fail", 5)
+    assert "uncorrected volatile ECC errors on the GPU of rank(s) {5}" in ecc_fail.title
+    assert "(worst 2)" in ecc_fail.title and ecc_warn.severity == "warn"
+    assert [f.severity for f in found["ras.diag-nvlink"]] == ["fail", "warn"]
+    count, model = found["ras.diag-gpu-inventory"]
+    assert "GPU count of rank(s) {8,9,10,11,12,13,14} differs from rank 0's (8)" in count.title
+    assert "(NVIDIA H100 80GB HBM3)" in model.title
+    (driver,) = found["ras.diag-driver-mismatch"]
+    assert "{16,17,18,19,20,21,22,23, ... (16 ranks)}" in driver.title and "(12080)" in driver.title
+    (incomplete,) = found["ras.diag-incomplete"]
+    assert incomplete.title.endswith("gathered 12 of 16 ranks of comm 0x9e17999afaa87dbb")
+    edge, summary = found["ras.diag-p2p"]
+    assert edge.title == (
+        "NCCL DIAG: P2P write mismatch from rank 2 (GPU 2) to rank 3 (GPU 3) over NVL"
+    )
+    assert (edge.node, edge.rank, edge.severity) == ("gpu-a17", 2, "fail")
+    assert summary.title == "NCCL DIAG: only 54 of 56 GPU P2P edges verified"
+
+
+def test_a_second_query_repeats_the_report_and_each_problem_is_said_once():
+    once = [f"{PREFIX}{line}" for line in BAD[:10]]
+    found = by_id([parse_text(once + once, "ras.txt"), parse_text(once, "again.txt")])
+    assert len(found["ras.diag-ecc"]) == 2 and len(found["ras.diag-nvlink"]) == 2
+
+
+@pytest.mark.parametrize("junk", [
+    "NCCL DIAG ", "x:1 NCCL DIAG [INFO]", "x:1 NCCL DIAG [INFO] ECC: uncorrected volatile errors "
+    "on rank(s) {1,2", "h:1 NCCL DIAG RAS diagnostics completed in 1.2.3 ms across 4 ranks",
+    "h:1 NCCL DIAG [INFO] p2p: write mismatch srcRank=", "BUSY: diagnostics already in progress",
+    "h:1 NCCL DIAG [OK]   GPU inventory: 999999999999999999999x A per node consistent across "
+    "99999999999999999999 ranks in comm 0xffffffffffffffffffff",
+])  # fmt: skip
+def test_odd_diagnostics_lines_never_raise(junk):
+    report = parse_text([junk], "t")
+    run_checks("ras", RasReading([report]))
+    report.to_dict()
+
+
+def test_a_line_of_megabytes_is_read_in_linear_time():
+    long = "a" * 4_000_000
+    lines = [f"{long}:1 NCCL DIAG [INFO] NCCL environment: {long}=x on rank(s) {{{long}",
+             f"h:1 NCCL DIAG [INFO] GPU inventory: {long} per node consistent across 8 ranks"]  # fmt: skip
+    started = time.monotonic()
+    report = parse_text(lines, "t")
+    assert time.monotonic() - started < 5
+    assert report.diagnostics[0].host is None  # no name of 4 MB: the 64-byte host buffer

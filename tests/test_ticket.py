@@ -157,7 +157,8 @@ def test_odd_files_never_crash_explain(tmp_path, content):
 def test_the_html_report_shows_each_kind(tmp_path):
     folder = tmp_path / "t"
     folder.mkdir()
-    for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-1911-mismatch.txt"):
+    for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-1911-mismatch.txt",
+                RAS / "nccl-docs-diag-ok.txt"):  # fmt: skip
         (folder / src.name).write_bytes(src.read_bytes())
     (folder / "nccl_trace_rank_0").write_bytes(
         pickle.dumps({"version": "2.4", "pg_config": {}, "entries": []}, protocol=2)
@@ -168,6 +169,7 @@ def test_the_html_report_shows_each_kind(tmp_path):
     html = page.read_text()
     assert '<h2 id="nccl-tests">' in html and "367.44" in html
     assert '<h2 id="ras">' in html and "fa93daea854b060b" in html
+    assert "12.3 ms across 8 RAS peers" in html and "<td>NVIDIA H100</td>" in html
     assert '<h2 id="flight-recorder">' in html and "matched across ranks" in html
 
 
@@ -176,6 +178,8 @@ def test_the_html_view_tolerates_sections_of_the_wrong_shape():
 
     document = {"nccl_tests": {"runs": [{"rows": [{"out_of_place": 3}], "hosts": []}, 7]},
                 "ras": {"outputs": "x"}, "flight_recorder": [], "attachments": {"skipped": 1}}  # fmt: skip
+    assert "<html" in render_document_html(document)
+    document["ras"] = {"outputs": [{"diagnostics": [3, {"inventory": "x", "results": [None]}]}]}
     assert "<html" in render_document_html(document)
 
 
@@ -254,3 +258,39 @@ def test_an_archive_of_too_many_files_is_read_up_to_the_cap(tmp_path, monkeypatc
     t = open_ticket([str(archive)], tmp_path / "w")
     assert len(t.files) == 3
     assert t.skipped == [(str(archive), "more than 3 files: the rest not read")]
+
+
+def test_explain_reports_the_diagnostics_a_jobs_stdout_and_ncclras_d_printed(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    # a job's stdout: NCCL's INFO lines, then the report NCCL_RUN_RAS_DIAGNOSTICS=1 printed
+    log = (FIXTURES / "logs" / "v2.26-nvlink-1node" / "nccl.dgx-01.9100.log").read_text()
+    (folder / "job.out").write_text(log + (RAS / "nccl-docs-diag-env.txt").read_text())
+    (folder / "ncclras-D.txt").write_bytes((RAS / "nccl-docs-diag-ok.txt").read_bytes())
+    found = kinds(open_ticket([str(folder)], tmp_path / "work"))
+    assert found["ras"] == ["job.out", "ncclras-D.txt"] and found["logs"] == ["job.out"]
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
+    document = json.loads(result.stdout)
+    outputs = {Path(o["source"]).name: o for o in document["ras"]["outputs"]}
+    (inventory,) = outputs["ncclras-D.txt"]["diagnostics"][0]["inventory"]
+    assert (inventory["gpus_per_node"], inventory["gpu_model"]) == (8, "NVIDIA H100")
+    (env,) = [f for f in document["findings"] if f["id"] == "ras.diag-env-mismatch"]
+    assert "NCCL_DEBUG differs" in env["title"] and env["severity"] == "warn"
+    assert document["nccl"]["nccl_version"]  # the same file read as a log too
+
+
+def test_a_rank_the_diagnostics_name_is_placed_on_its_host_by_its_nccl_log(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    logs = FIXTURES / "logs" / "v2.26-nvlink-1node"
+    for log in logs.iterdir():
+        (folder / log.name).write_bytes(log.read_bytes())
+    # derived: diagnostics_gpu.cc's uncorrected-ECC line for this job's communicator
+    (folder / "ncclras-D.txt").write_text(
+        "dgx-01:9100 NCCL DIAG [INFO] ECC: uncorrected volatile errors on rank(s) {2} (worst=1) "
+        "across 4 ranks in comm 0x7d1a5e9c3b2f8a40\n"
+    )
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
+    (ecc,) = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "ras.diag-ecc"]
+    assert (ecc["severity"], ecc["node"], ecc["rank"]) == ("fail", "dgx-01", 2)
+    assert ecc["evidence"][-1] == "rank 2 ran on dgx-01 (its NCCL log)"

@@ -360,8 +360,16 @@ def perf_runs(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ras_outputs(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """The NCCL RAS outputs of an explain document."""
-    return items(section(document, "ras").get("outputs"))
+    """The NCCL RAS outputs of an explain document, each diagnostics report with its inventory
+    and result lines as lists of dicts."""
+    outputs = []
+    for out in items(section(document, "ras").get("outputs")):
+        reports = [
+            {**d, "inventory": items(d.get("inventory")), "results": items(d.get("results"))}
+            for d in items(out.get("diagnostics"))
+        ]
+        outputs.append({**out, "diagnostics": reports})
+    return outputs
 
 
 def flight_recorder_groups(document: dict[str, Any]) -> list[dict[str, Any]]:
