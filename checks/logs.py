@@ -126,12 +126,15 @@ def _signature_rule(signature: Signature) -> Callable[[LogReading], Problem | No
         hit = reading.logs.signatures.get(signature.id)
         if hit is None:
             return None
-        text, _, key = hit.lines[0]
+        lines = [h for h in hit.lines if signature.describes(h[1])]
+        if not lines:
+            return None
+        text, _, key = lines[0]
         matched = [m for m in match_line(text) if m.signature.id == signature.id]
         if not matched:
             return None
-        evidence = [line.strip() for _, line, _ in hit.lines]
-        if hit.count > len(evidence):
+        evidence = [line.strip() for _, line, _ in lines]
+        if len(lines) == len(hit.lines) and hit.count > len(evidence):
             evidence.append(f"(seen {hit.count} times in all)")
         proc = reading.logs.processes.get(key or "")
         return matched[0].to_problem(

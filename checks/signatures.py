@@ -46,6 +46,9 @@ _KEYS = (
     "fix",
     "reference",
 )
+# optional: the source files (as NCCL's WARN head names them, ``ras/client_support.cc``) whose
+# lines with this text are not this problem
+_OPTIONAL = ("not_from",)
 _ID = re.compile(r"^(?P<source>[a-z]+)\.[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FRAGMENT = re.compile(r"\{\{(\w+)\}\}")
 
@@ -67,6 +70,12 @@ class Signature:
     reference: tuple[str, ...]
     source: str
     versions: str
+    not_from: tuple[str, ...] = ()
+
+    def describes(self, line: str) -> bool:
+        """Whether ``line`` (a whole log line) is this problem: not printed from a ``not_from``
+        file (``file.cc:NNN`` in its head)."""
+        return not any(f"{name}:" in line for name in self.not_from)
 
 
 @dataclass(frozen=True)
@@ -195,7 +204,7 @@ def load_signatures(text: str) -> tuple[Signature, ...]:
 
 def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Signature:
     missing = [k for k in _KEYS if k not in entry]
-    extra = sorted(set(entry) - set(_KEYS))
+    extra = sorted(set(entry) - set(_KEYS) - set(_OPTIONAL))
     if missing or extra:
         raise SignatureError(f"{where}: missing keys {missing}, unknown keys {extra}")
     for key in _KEYS:
@@ -206,6 +215,9 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         isinstance(reference, list) and reference and all(isinstance(r, str) for r in reference)
     ):
         raise SignatureError(f"{where}: reference must be a non-empty list of strings")
+    not_from = entry.get("not_from", [])
+    if not (isinstance(not_from, list) and all(isinstance(f, str) and f for f in not_from)):
+        raise SignatureError(f"{where}: not_from must be a list of file names")
     id_match = _ID.match(entry["id"])
     if not id_match or id_match["source"] != entry["source"]:
         raise SignatureError(f"{where}: id must look like '<source>.<words-with-dashes>'")
@@ -247,6 +259,7 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         reference=tuple(reference),
         source=entry["source"],
         versions=entry["versions"],
+        not_from=tuple(not_from),
     )
 
 

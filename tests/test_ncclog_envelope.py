@@ -30,6 +30,8 @@ ENVELOPES = [
     ("Dec  2 12:00:00 node-a python[4711]: node-a:4711:4711 [0] NCCL INFO x",
      "node-a", 4711, 4711, 0, "INFO", None, None, None, "x"),
     ("node-a:4711:4711 [0] NCCL INFO x\r", "node-a", 4711, 4711, 0, "INFO", None, None, None, "x"),
+    # the whole head cut away by hand (NVIDIA/nccl#2389)
+    ("NCCL INFO Using network IB", "?", 0, 0, None, "INFO", None, None, None, "Using network IB"),
 ]  # fmt: skip
 
 
@@ -50,6 +52,7 @@ def test_envelope(case):
         "",
         "epoch 1 loss 0.25",
         "NCCL version 2.18.6+cuda12.2",  # bare printf line: no envelope
+        "NCCL is the backend",
         "torch.distributed.DistBackendError: NCCL error in: ../NCCLUtils.cpp:77, unhandled system error",
         "node-a:4711 [0] NCCL INFO missing tid",
         "node-a:4711:4711 [0] NCCL DEBUG not a level",

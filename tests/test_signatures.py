@@ -275,12 +275,22 @@ def test_a_good_entry_loads_and_matches() -> None:
         ({"reference": []}, "reference"),
         ({"fix": "  "}, "fix must be"),
         ({"unexpected": "x"}, "unknown keys"),
+        ({"not_from": "ras/client_support.cc"}, "not_from"),
         ({"pattern": "{{nothing}}"}, "unknown fragment"),
     ],
 )
 def test_malformed_entries_are_rejected_at_load(change: dict, message: str) -> None:
     with pytest.raises(SignatureError, match=message):
         load_signatures(_toml([{**GOOD, **change}]))
+
+
+def test_not_from_names_the_files_whose_lines_are_not_the_problem() -> None:
+    # NVIDIA/nccl#2397: RAS's client socket failing to bind is not the bootstrap's bind failing
+    (sig,) = load_signatures(_toml([{**GOOD, "not_from": ["ras/client_support.cc"]}]))
+    ras = "h:1:1 [0] ras/client_support.cc:181 NCCL WARN Something broke: x"
+    own = "h:1:1 [0] misc/socket.cc:402 NCCL WARN Something broke: x"
+    assert not sig.describes(ras) and sig.describes(own)
+    assert load_signatures(_toml([GOOD]))[0].describes(ras)
 
 
 def test_missing_key_duplicate_id_and_bad_toml_are_rejected() -> None:

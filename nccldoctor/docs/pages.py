@@ -243,6 +243,10 @@ def render_signature_page(
     if prefilter:
         quoted = " or ".join(f"`{p}`" for p in prefilter)
         parts += [f"(tried only on lines containing {quoted})", ""]
+    not_from = _as_list(getattr(sig, "not_from", ()))
+    if not_from:
+        files = " or ".join(f"`{f}`" for f in not_from)
+        parts += [f"(not when NCCL printed the line from {files})", ""]
     parts += ["## Cause", "", _prose(sig.cause), "", *_note(note)]
     parts += ["## Fix", "", _fence(sig.fix, "bash"), ""]
     references = _as_list(sig.reference)

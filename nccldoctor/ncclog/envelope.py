@@ -63,6 +63,7 @@ class Envelope(NamedTuple):
 
 
 _cache: dict[str, Head | None] = {}
+_HEADLESS = Head("?", 0, 0, None, None, None, None)
 
 
 def parse_head(head: str) -> Head | None:
@@ -110,13 +111,18 @@ def parse_line(text: str) -> Envelope | None:
     """Split one decoded line into its envelope, or None when it is not an NCCL debug line."""
     at = text.find(" NCCL ")
     if at < 0:
-        return None
+        if not text.startswith("NCCL "):
+            return None
+        at = -1  # the whole head cut away by hand: "NCCL INFO …" (NVIDIA/nccl#2389)
     rest = text[at + 6 :]
     space = rest.find(" ")
     level = rest if space < 0 else rest[:space]
     if level not in LEVELS:
         return None
-    head = _diag_head(text[:at]) if level == "DIAG" else parse_head(text[:at])
+    if at < 0:
+        head: Head | None = _HEADLESS
+    else:
+        head = _diag_head(text[:at]) if level == "DIAG" else parse_head(text[:at])
     if head is None:
         return None
     msg = "" if space < 0 else rest[space + 1 :]

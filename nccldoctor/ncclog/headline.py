@@ -51,6 +51,9 @@ def _network(logs: LogSet, transports: list[str]) -> Fact:
 def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> Fact:
     """The data-plane devices: the HCAs connections use (``NET/IB/<index>``), else all listed."""
     used = {t.split("/")[2] for t in transports if t.startswith("NET/IB/")}
+    listed = {str(d["index"]) for p in logs.processes.values() for d in p.ib_devices}
+    if not used & listed:
+        used = set()  # a merged virtual NIC (index past the list, 2.19+ "Made vNic"): all of them
     out: list[str] = []
     for p in logs.processes.values():
         if network == "IB":
