@@ -237,7 +237,15 @@ def test_a_send_and_its_receive_of_different_sizes_mismatch(dumps):
 
 def test_explain_reads_a_folder_of_dumps(dumps, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "nccldoctor", "explain", "--json", str(dumps["skip"] / "pickle")],
+        [
+            sys.executable,
+            "-m",
+            "nccldoctor",
+            "explain",
+            "--json",
+            "--no-html",
+            str(dumps["skip"] / "pickle"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

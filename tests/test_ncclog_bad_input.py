@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _explain(*paths: str) -> tuple[int, dict, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "nccldoctor", "explain", "--json", *paths],
+        [sys.executable, "-m", "nccldoctor", "explain", "--json", "--no-html", *paths],
         capture_output=True,
         timeout=120,  # a hang fails the test instead of stalling the suite
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -131,7 +131,7 @@ def test_explain_json_has_one_section_per_kind(tmp_path):
         (folder / src.name).write_bytes(src.read_bytes())
     dump = {"version": "2.4", "pg_config": {}, "entries": []}
     (folder / "nccl_trace_rank_1.json").write_text(json.dumps(dump))
-    result = runner.invoke(app, ["explain", "--json", str(folder)])
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
     assert result.exit_code == 1, result.output
     document = json.loads(result.stdout)
     assert document["nccl_tests"]["runs"][0]["hosts"] == ["ip-172-31-0-112", "ip-172-31-13-129"]
@@ -149,7 +149,7 @@ def test_explain_json_has_one_section_per_kind(tmp_path):
 def test_odd_files_never_crash_explain(tmp_path, content):
     odd = tmp_path / "odd.bin"
     odd.write_bytes(content)
-    result = runner.invoke(app, ["explain", "--json", str(odd)])
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(odd)])
     assert result.exit_code in (0, 1), result.output
     assert "Traceback" not in result.output
 
@@ -206,7 +206,7 @@ def test_the_explain_document_of_a_ticket_is_valid_against_the_schema(tmp_path):
         for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-docs-dead.txt", LOG):
             z.write(src, src.name)
         z.writestr("core", b"\x00" * 10)
-    result = runner.invoke(app, ["explain", "--json", str(archive)])
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(archive)])
     document = json.loads(result.stdout)
     assert validate_report(document) == []
     assert document["attachments"]["skipped"] == [
@@ -224,7 +224,7 @@ def test_a_rank_ras_names_missing_is_shown_where_its_nccl_log_stops(tmp_path):
     text = (RAS / "nccl-docs-dead.txt").read_text()
     text = text.replace("cf264af53edbe986", "5b1e7a3c9d2f4e11").replace("rank: 21", "rank: 1")
     (folder / "ncclras.txt").write_text(text)
-    result = runner.invoke(app, ["explain", "--json", str(folder)])
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
     document = json.loads(result.stdout)
     (missing,) = [
         f for f in document["findings"] if f["title"] == "NCCL RAS: #0-0 is missing rank 1"
@@ -244,7 +244,7 @@ def test_a_malicious_dump_is_sorted_by_its_bytes_never_unpickled(tmp_path):
     marker.unlink(missing_ok=True)
     dump = tmp_path / "nccl_trace_rank_0"
     dump.write_bytes(pickle.dumps({"pg_config": {}, "entries": [_Exploit()]}, protocol=4))
-    result = runner.invoke(app, ["explain", "--json", str(dump)])
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(dump)])
     assert json.loads(result.stdout)["flight_recorder"]["files"] == [str(dump)]
     assert not marker.exists()
 
