@@ -10,6 +10,7 @@ from nccldoctor.cluster.diagnosis import causes
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import PortProbe, RunObserved
 from tests.ports import free_port
 
@@ -25,9 +26,10 @@ def node(name, mtu, address, ports=(32768, 60999)):
 def rank(r, name, state="failed", in_flight=None, passed=None, phase="allreduce_correctness"):
     sizes = {"phase": phase, "largest_passed_bytes": passed, "last_passed_bytes": passed,
              "in_flight_bytes": in_flight}  # fmt: skip
-    return {"rank": r, "node": name, "state": state, "phase_reached": phase, "error": "timed out",
-            "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
-            "log_path": "x", "message_sizes": sizes}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": name, "state": state, "phase_reached": phase, "error": "timed out",
+         "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
+         "log_path": "x", "message_sizes": sizes})  # fmt: skip
 
 
 NODES = [node("n0", 1500, "198.18.0.1"), node("n1", 9000, "198.18.0.2"),

@@ -6,6 +6,7 @@ from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
 from nccldoctor.cluster.diagnosis.findings import rendezvous_findings
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.forensics.behind import categorize
 
 
@@ -57,10 +58,11 @@ def test_rendezvous_findings_name_refused_and_blocked_nodes():
 
 
 def rank(r, node, state, phase, error=None, ended=None, lines=()):
-    return {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
-            "exit_code": 3, "stuck": "deadline" if state == "stuck" else None,
-            "last_nccl_lines": list(lines), "log_path": f"/x/rank{r}/worker.log",
-            "ended_at": ended}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
+         "exit_code": 3, "stuck": "deadline" if state == "stuck" else None,
+         "last_nccl_lines": list(lines), "log_path": f"/x/rank{r}/worker.log",
+         "ended_at": ended})  # fmt: skip
 
 
 def test_hang_verdict_names_the_stuck_rank_first():

@@ -19,6 +19,7 @@ from checks.netfacts import interface_named, master_interface
 from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report.units import format_bytes
 
@@ -35,7 +36,7 @@ class Cause:
 
 def judge(
     facts: Sequence[NodeFacts],
-    ranks: Sequence[dict[str, Any]],
+    ranks: Sequence[RankOutcome],
     port_probes: Mapping[str, dict[str, Any] | None],
     tcp_gbps: Mapping[str, float],
     master: str | None = None,
@@ -43,7 +44,7 @@ def judge(
     """The first network cause that explains the stopped ranks, or None. Root causes first:
     NAT and a shared advertised address explain refused ephemeral connections and init
     timeouts; a missing interface explains a bootstrap timeout (docs/design.md#verdict)."""
-    if all(r["state"] == "ok" for r in ranks):
+    if all(r.ok for r in ranks):
         return None
     return (
         docker_nat(facts, ranks)
@@ -53,7 +54,7 @@ def judge(
     )
 
 
-def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]]) -> Cause | None:
+def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[RankOutcome]) -> Cause | None:
     """Nodes behind Docker NAT: one address advertised by several nodes (a rank's connection
     to it stays home), or one node's private address that its peers cannot reach."""
     if advertised_address_shared(list(facts)):
@@ -62,9 +63,9 @@ def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]]) -> C
             groups.setdefault(advertised(f) or "", []).append(f.node)
         address, nodes = next((a, n) for a, n in groups.items() if a and len(n) > 1)
         who = "both nodes" if len(nodes) == len(facts) == 2 else f"nodes {', '.join(nodes)}"
-        home = [r for r in ranks if r["node"] in nodes and address in (r.get("error") or "")]
+        home = [r for r in ranks if r.node in nodes and address in (r.error or "")]
         reached = (
-            f"rank {home[0]['rank']}'s connection to it reached itself"
+            f"rank {home[0].rank}'s connection to it reached itself"
             if home
             else "a rank's connection to it reaches its own node"
         )
@@ -141,7 +142,7 @@ def ports_blocked(
 
 
 def mtu_stall(
-    facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]], tcp_gbps: Mapping[str, float]
+    facts: Sequence[NodeFacts], ranks: Sequence[RankOutcome], tcp_gbps: Mapping[str, float]
 ) -> Cause | None:
     """The MTU differs between nodes and a collective stalled at a message bigger than the
     smaller MTU after smaller ones passed: the path drops the big frames (failures.md F20).
@@ -154,12 +155,11 @@ def mtu_stall(
     if len(set(mtus.values())) < 2:
         return None
     low, high = min(mtus.values()), max(mtus.values())
-    stalled = [r for r in ranks if r["state"] != "ok" and _in_flight(r) > low - IP_TCP_HEADERS]
-    if not stalled:
+    stalled = [r for r in ranks if not r.ok and r.in_flight_bytes > low - IP_TCP_HEADERS]
+    if not stalled or stalled[0].message_sizes is None:
         return None
-    sizes = stalled[0]["message_sizes"]
-    phase, size = sizes["phase"], sizes["in_flight_bytes"]
-    passed = sizes.get("largest_passed_bytes")
+    sizes = stalled[0].message_sizes
+    phase, size, passed = sizes.phase, sizes.in_flight_bytes, sizes.largest_passed_bytes
     jumbo = sorted(n for n, m in mtus.items() if m > low)
     small = sorted(n for n, m in mtus.items() if m == low)
     groups = "; ".join(
@@ -171,7 +171,7 @@ def mtu_stall(
         "MTU of the interface towards the master: "
         + ", ".join(f"{n} {links[n].name} {m}" for n, m in sorted(mtus.items())),
         f"{phase}: every rank got through {passed or 0} B; ranks "  # exact: the MTU is in bytes
-        f"{', '.join(str(r['rank']) for r in stalled)} stopped with {size} B in flight",
+        f"{', '.join(str(r.rank) for r in stalled)} stopped with {size} B in flight",
         f"frames over {low} B: sent by {', '.join(jumbo)} (MTU {high}), dropped by a hop at {low}",
     ]
     if tcp_gbps:
@@ -199,10 +199,6 @@ def mtu_stall(
 
 def _link(facts: NodeFacts) -> Interface | None:
     return interface_named(facts.network, master_interface(facts.network))
-
-
-def _in_flight(rank: dict[str, Any]) -> int:
-    return (rank.get("message_sizes") or {}).get("in_flight_bytes") or 0
 
 
 def _address(iface: Interface | None) -> str:

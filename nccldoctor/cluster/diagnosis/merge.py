@@ -25,6 +25,7 @@ from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import rendezvous_findings, skew_findings
 from nccldoctor.facts import NodeFacts, from_dict
+from nccldoctor.facts.ranks import outcomes
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 
@@ -149,20 +150,21 @@ def merge_reports(
         f"node {names.get(r, r)} (node rank {r}) stopped reporting during its {phase} phase"
         for r, phase in lost
     ]
-    # The check's ranks carry their state: the verdict is then judged anew over all of them; a
-    # report whose ranks lack it (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
+    # The check's ranks are outcomes: the verdict is then judged anew over all of them; a
+    # report whose ranks are not (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
     judged: list[Finding] = []
-    if all("state" in r for r in ranks):
+    ended = outcomes(ranks)  # the document keeps the rows as the nodes wrote them
+    if ended is not None:
         findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
         master = (first.extra.get("run") or {}).get("node")
-        cause = causes.judge(facts, ranks, probes, wire, master=master)
-        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause),
+        cause = causes.judge(facts, ended, probes, wire, master=master)
+        hang = verdict.hang_section(ended, lost_sentences, *causes.verdict_args(cause),
                                     lost_of=NODE_LOST)  # fmt: skip
-        if ranks:
-            area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
+        if ended:
+            area_status["run"] = f"{sum(r.ok for r in ended)}/{len(ended)} ranks ok"
         judged += [
             *(cause.findings if cause else []),
-            *verdict.rank_findings(ranks, lost_sentences),
+            *verdict.rank_findings(ended, lost_sentences),
         ]
     elif hang is not None:
         hang = {**hang, "stuck": list(stuck.values())}
