@@ -79,7 +79,7 @@ def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
         evidence = [f"phase: {r.phase_reached}", f"exit code: {r.exit_code}"]
         evidence += [_UNKNOWN_STATE] if r.state is OutcomeState.UNKNOWN else []
         evidence += [f"error: {first_line(r.error)}"] if r.error else []
-        evidence += [f"watchdog: {r.stuck}"] if r.stuck else []
+        evidence += [f"stuck: {r.stuck}"] if r.stuck else []  # the watchdog's or its own deadline's
         frame = stopped_at(r.stacks)
         evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r.last_nccl_lines[-2:]]

@@ -75,7 +75,7 @@ class RankOutcome:
     exit_code: int | None = None
     error: str | None = None
     ended_at: float | None = None  # epoch seconds of its failing (else last) event
-    stuck: str | None = None  # why a watchdog stopped it
+    stuck: str | None = None  # why it was stopped: the agent's watchdog or its own deadline
     last_nccl_lines: tuple[str, ...] = ()
     message_sizes: MessageSizes | None = None
     stacks: str | None = None  # its Python stacks, when it did not end well
