@@ -61,7 +61,7 @@ def test_cpp_frames_are_cut_and_the_message_kept():
     cut = without_cpp_frames(text)
     assert "frame #" not in cut and "Exception raised from" not in cut
     assert cut.splitlines()[-1].endswith("(198.18.7.1, 29400).")
-    rank = RankOutcome(0, "node0", OutcomeState.FAILED, "init", error=text, exit_code=1,
+    rank = RankOutcome(rank=0, node="node0", state=OutcomeState.FAILED, phase_reached="init", error=text, exit_code=1,
                        log_path="r0.log")  # fmt: skip
     (finding,) = rank_findings([rank])
     assert finding.title.endswith("trying to connect to (198.18.7.1, 29400).")

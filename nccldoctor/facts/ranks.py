@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from nccldoctor.facts.serde import to_dict
+
 
 class OutcomeState(StrEnum):
     """How a rank ended, as torch.distributed.elastic's ``WorkerState`` names a worker's."""
@@ -43,14 +45,6 @@ class MessageSizes:
     last_passed_bytes: int | None = None
     in_flight_bytes: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "largest_passed_bytes": self.largest_passed_bytes,
-            "last_passed_bytes": self.last_passed_bytes,
-            "in_flight_bytes": self.in_flight_bytes,
-        }
-
     @classmethod
     def from_dict(cls, data: Any) -> MessageSizes | None:
         if not isinstance(data, Mapping):
@@ -63,15 +57,16 @@ class MessageSizes:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankOutcome:
-    """One rank's end: where it got to, its state, its error and the evidence of a stop."""
+    """One rank's end: where it got to, its state, its error and the evidence of a stop. The
+    fields are in the order of the document's keys."""
 
     rank: int
     node: str
-    state: OutcomeState
-    phase_reached: str = "startup"  # the last phase it started ("startup": none)
     local_rank: int | None = None
+    phase_reached: str = "startup"  # the last phase it started ("startup": none)
+    state: OutcomeState
     exit_code: int | None = None
     error: str | None = None
     ended_at: float | None = None  # epoch seconds of its failing (else last) event
@@ -97,22 +92,7 @@ class RankOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """The document's ``ranks`` entry, keys in the order the report has always had."""
-        return {
-            "rank": self.rank,
-            "node": self.node,
-            "local_rank": self.local_rank,
-            "phase_reached": self.phase_reached,
-            "state": self.state.value,
-            "exit_code": self.exit_code,
-            "error": self.error,
-            "ended_at": self.ended_at,
-            "stuck": self.stuck,
-            "last_nccl_lines": list(self.last_nccl_lines),
-            "message_sizes": self.message_sizes.to_dict() if self.message_sizes else None,
-            "stacks": self.stacks,
-            "flight_recorder": self.flight_recorder,
-            "log_path": self.log_path,
-        }
+        return {**to_dict(self), "state": self.state.value}  # the plain string, not the enum
 
     @classmethod
     def from_dict(cls, data: Any) -> RankOutcome:

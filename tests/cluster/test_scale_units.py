@@ -59,7 +59,7 @@ def test_master_merge_is_linear_in_nodes():
 
 
 def _rank(r: int, state: str, error: str | None = None, **more: Any) -> RankOutcome:
-    return RankOutcome(r, f"node{r // 2}", OutcomeState(state), "barrier", error=error,
+    return RankOutcome(rank=r, node=f"node{r // 2}", state=OutcomeState(state), phase_reached="barrier", error=error,
                        exit_code=1, stuck="deadline" if state == "stuck" else None,
                        log_path=f"/x/rank{r}/worker.log", ended_at=10.0 + r, **more)  # fmt: skip
 

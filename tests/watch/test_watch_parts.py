@@ -114,7 +114,7 @@ def test_check_and_watch_name_the_same_step_of_a_stuck_rank():
             step: 7
     <module> (/work/train.py:45)
 """
-    stuck = RankOutcome(1, "A", OutcomeState.STUCK, "ddp", exit_code=-9, stuck="still in ddp",
+    stuck = RankOutcome(rank=1, node="A", state=OutcomeState.STUCK, phase_reached="ddp", exit_code=-9, stuck="still in ddp",
                         stacks=dump, log_path="rank1/worker.log")  # fmt: skip
     (finding,) = rank_findings([stuck])
     process = RankProcess(pid=1, rank=1, local_rank=1, host="A", argv=[])
