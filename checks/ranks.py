@@ -1,26 +1,24 @@
 """Checks over how the ranks of a `check` run ended (``scope="ranks"``).
 
-The subject is a :class:`~nccldoctor.facts.ranks.RanksSeen`. The rank that stopped first is the
-cause (``forensics/behind.py`` orders them): it fails; every other rank that stopped is a
-consequence and warns ("rank 0 waited in barrier"), unless lost nodes explain every rank's end,
-when all of them are consequences. Wrong sums and diverging DDP replicas fail on their own.
+The subject is a :class:`~nccldoctor.facts.ranks.RanksSeen`: the ranks that stopped, in the order
+of causes (``forensics/behind.py``). The rank that stopped first is the cause: it fails; every
+other rank that stopped is a consequence and warns ("rank 0 waited in barrier"), unless lost
+nodes explain every rank's end, when all of them are consequences. Wrong sums and diverging DDP replicas fail on their own.
 
 The sentences here are also the hang verdict's (``cluster/diagnosis/verdict.py``): one wording.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from checks import Problem, check
 from checks.signatures import category_of
-from nccldoctor.facts.ranks import RanksSeen
-from nccldoctor.forensics.behind import culprits, stopped_at
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RanksSeen
+from nccldoctor.forensics.behind import stopped_at
 from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import Severity
 
-Row = Mapping[str, Any]
 PHASE_LABELS = {"init": "init_process_group", "startup": "its start (Python, torch import)"}
 
 
@@ -38,56 +36,62 @@ def first_line(text: str | None, phase: str | None = None, limit: int = 200) -> 
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def lost_is_cause(ordered: Sequence[Row], lost: Sequence[str]) -> bool:
+def lost_is_cause(ordered: Sequence[RankOutcome], lost: Sequence[str]) -> bool:
     """A lost node is the cause when every rank that ended badly only lost its peer."""
     return bool(lost) and all(
-        r["state"] != "stuck" and category_of(r["error"]) == "remote_peer_closed" for r in ordered
+        r.state is not OutcomeState.STUCK and category_of(r.error) == "remote_peer_closed"
+        for r in ordered
     )
 
 
-def sentence(r: Row, cause: bool, detail: bool = True) -> str:
+# What a rank that stopped did, by its state (a state from a newer version: it "ended")
+_VERBS = {OutcomeState.CRASHED: "crashed", OutcomeState.UNKNOWN: "ended"}
+_UNKNOWN_STATE = "state: one this nccldoctor does not know (the report's own ranks entry names it)"
+
+
+def sentence(r: RankOutcome, cause: bool, detail: bool = True) -> str:
     """What rank ``r`` did; ``detail``: with its error or last NCCL line."""
-    who = f"rank {r['rank']} on node {r['node']}"
-    phase = phase_label(r["phase_reached"])
-    if r["state"] == "stuck":
-        line = (r["last_nccl_lines"] or [None])[-1] if detail else None
+    who = f"rank {r.rank} on node {r.node}"
+    phase = phase_label(r.phase_reached)
+    if r.state is OutcomeState.STUCK:
+        line = r.last_nccl_line if detail else None
         text = f"{who} never finished {phase}"
         return text + (f"; its last NCCL line was {line!r}" if line else "")
-    error = first_line(r["error"], r["phase_reached"])
-    category = category_of(r["error"])
+    error = first_line(r.error, r.phase_reached)
+    category = category_of(r.error)
     error = error if detail else ""
     if not cause and category == "collective_timeout_hang":
-        return f"rank {r['rank']} waited in {phase}" + (f" ({error})" if error else "")
+        return f"rank {r.rank} waited in {phase}" + (f" ({error})" if error else "")
     if not cause and category == "remote_peer_closed":
-        return f"rank {r['rank']} lost its peer in {phase}" + (f" ({error})" if error else "")
-    verb = "crashed" if r["state"] == "crashed" else "failed"
+        return f"rank {r.rank} lost its peer in {phase}" + (f" ({error})" if error else "")
+    verb = _VERBS.get(r.state, "failed")
     return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
 
 
 def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
     """The stopped ranks (stuck ones, or the others), the cause failing, the rest warning."""
-    ordered = culprits(list(seen.ranks), seen.phases)
-    first = None if lost_is_cause(ordered, seen.lost) else 0  # the cause among the ranks
+    first = None if lost_is_cause(seen.stopped, seen.lost) else 0  # the cause among the ranks
     problems = []
-    for i, r in enumerate(ordered):
-        if (r["state"] == "stuck") != stuck:
+    for i, r in enumerate(seen.stopped):
+        if (r.state is OutcomeState.STUCK) != stuck:
             continue
-        category = "collective_timeout_hang" if stuck else category_of(r["error"])
-        evidence = [f"phase: {r['phase_reached']}", f"exit code: {r['exit_code']}"]
-        evidence += [f"error: {first_line(r['error'])}"] if r["error"] else []
-        evidence += [f"watchdog: {r['stuck']}"] if r["stuck"] else []
-        frame = stopped_at(r.get("stacks"))
+        category = "collective_timeout_hang" if stuck else category_of(r.error)
+        evidence = [f"phase: {r.phase_reached}", f"exit code: {r.exit_code}"]
+        evidence += [_UNKNOWN_STATE] if r.state is OutcomeState.UNKNOWN else []
+        evidence += [f"error: {first_line(r.error)}"] if r.error else []
+        evidence += [f"stuck: {r.stuck}"] if r.stuck else []  # the watchdog's or its own deadline's
+        frame = stopped_at(r.stacks)
         evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
-        evidence += [f"last NCCL line: {line}" for line in r["last_nccl_lines"][-2:]]
-        evidence.append(f"log: {r['log_path']}")
+        evidence += [f"last NCCL line: {line}" for line in r.last_nccl_lines[-2:]]
+        evidence.append(f"log: {r.log_path}")
         problems.append(
             Problem(
                 Severity.FAIL if i == first else Severity.WARN,
                 sentence(r, i == first),
                 evidence,
                 _FIXES.get(category, _FIXES["other"]),
-                node=r["node"],
-                rank=r["rank"],
+                node=r.node,
+                rank=r.rank,
                 category=category,
             )
         )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from nccldoctor.cluster.diagnosis.verdict import rank_findings
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.forensics.stacks import without_cpp_frames
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,9 +61,8 @@ def test_cpp_frames_are_cut_and_the_message_kept():
     cut = without_cpp_frames(text)
     assert "frame #" not in cut and "Exception raised from" not in cut
     assert cut.splitlines()[-1].endswith("(198.18.7.1, 29400).")
-    rank = {"node": "node0", "rank": 0, "state": "failed", "phase_reached": "init",
-            "error": text, "exit_code": 1, "stuck": None, "last_nccl_lines": [],
-            "log_path": "r0.log", "events": [], "t_failed": 1.0}  # fmt: skip
+    rank = RankOutcome(rank=0, node="node0", state=OutcomeState.FAILED, phase_reached="init", error=text, exit_code=1,
+                       log_path="r0.log")  # fmt: skip
     (finding,) = rank_findings([rank])
     assert finding.title.endswith("trying to connect to (198.18.7.1, 29400).")
     assert "frame #" not in finding.title

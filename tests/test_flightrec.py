@@ -294,11 +294,13 @@ def test_a_file_name_without_a_sane_rank_is_read_in_part(dumps, name):
 
 def test_check_reads_the_dumps_its_monitor_collected(dumps):
     from nccldoctor.cluster.diagnosis.node_report import flight_recorder_section
+    from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 
+    dump = str(dumps["skip"] / "pickle" / "nccl_trace_rank_{}")
     ranks = [
-        {"rank": r, "flight_recorder": str(dumps["skip"] / "pickle" / f"nccl_trace_rank_{r}")}
+        RankOutcome(rank=r, node="n", state=OutcomeState.STUCK, flight_recorder=dump.format(r))
         for r in (0, 1)
-    ] + [{"rank": 2, "flight_recorder": None}]
+    ] + [RankOutcome(rank=2, node="n", state=OutcomeState.STUCK)]
     section, found = flight_recorder_section(ranks)
     [missing] = by_id(found, "flightrec.ranks-missing")
     assert "rank 1 never joined collective #4 (all_reduce)" in missing.title

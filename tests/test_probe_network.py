@@ -145,16 +145,19 @@ def test_facts_round_trip():
     assert from_dict(NetworkFacts, json.loads(json.dumps(to_dict(net)))) == net
 
 
-def test_facts_of_the_wrong_type_take_their_defaults():
-    # A garbled report (a node named [], an MTU that is a string) loads; the bad fields do not.
+def test_facts_of_the_wrong_type_are_refused():
+    # A garbled report (a node named [], an MTU that is a string) is refused, never half-read.
     good = to_dict(network.probe(HOSTS / "ib-two-hca", {}, "198.18.10.12"))
-    garbled = dict(good, master=[], interfaces=[dict(good["interfaces"][0], mtu="9000")])
-    net = from_dict(NetworkFacts, garbled)
-    assert net.master is None
-    assert net.interfaces[0].mtu is None
-    assert net.interfaces[0].name == good["interfaces"][0]["name"]
-    facts = from_dict(NodeFacts, {"node": [], "multi_node": True})
-    assert facts.node == "" and facts.multi_node is True
+    for garbled in (
+        dict(good, master=[]),
+        dict(good, interfaces=[dict(good["interfaces"][0], mtu="9000")]),
+        dict(good, interfaces=[dict(good["interfaces"][0], up="yes")]),
+    ):
+        with pytest.raises(TypeError):
+            from_dict(NetworkFacts, garbled)
+    with pytest.raises(TypeError):
+        from_dict(NodeFacts, {"node": [], "multi_node": True})
+    assert from_dict(NodeFacts, {"node": "n0", "local_ranks": 2}).local_ranks == 2
 
 
 def test_live_machine_route_is_the_kernels():

@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nccldoctor.cluster.records import PHASE_TIMEOUTS, WORKER_PHASES, phase_budget
+
 # The shortest TCP throughput turn: still thousands of round trips on a LAN, past TCP's slow start.
 MIN_TCP_TURN = 0.1
 
@@ -41,21 +43,12 @@ class Timeouts:
     WAITS = ("reach", "rendezvous", "init", "barrier", "collective", "ddp", "destroy")
 
     def worker_timeouts(self) -> dict[str, float]:
-        """The ``timeouts`` object of the worker config (cluster contract)."""
-        names = ("init", "barrier", "collective", "bandwidth_budget", "ddp", "destroy")
-        return {name: getattr(self, name) for name in names}
+        """The ``timeouts`` object of the worker config (cluster/worker/config.py)."""
+        return {name: getattr(self, name) for name in PHASE_TIMEOUTS}
 
     def workers_total(self) -> float:
-        """The longest a healthy worker run may take: every worker phase plus its start."""
-        return (
-            self.startup
-            + self.init
-            + self.barrier
-            + 2 * self.collective
-            + self.bandwidth_budget
-            + self.ddp
-            + self.destroy
-        )
+        """The longest a healthy worker run may take: its start plus every phase's budget."""
+        return self.startup + sum(phase_budget(phase, self) for phase in WORKER_PHASES)
 
     def agent_phase(self, phase: str) -> float | None:
         """The budget of one of the node agent's phases (cluster/agent/node.py), for the live

@@ -1,22 +1,164 @@
 """How the ranks of a `check` run ended: the subject of the ``ranks`` rules.
 
-A rank's row is the report's ``ranks`` entry (docs/report.md#ranks): where it got to, its state
-(ok, failed, crashed, stuck), its error, its last NCCL lines and stacks. The rows are the
-document's own, so that a merge of node report files judges them exactly as the master did.
+A rank's outcome crosses two process boundaries (docs/design.md#records): the node agent reads
+it out of the worker's folder, and every node hands it to the master inside its report, where a
+merge of node report files judges it exactly as the master did. In code it is a
+:class:`RankOutcome`; in the document it is the ``ranks`` entry (docs/report.md#ranks), written
+by :meth:`RankOutcome.to_dict` and read back by :meth:`RankOutcome.from_dict`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+from nccldoctor.facts.serde import to_dict
+
+
+class OutcomeState(StrEnum):
+    """How a rank ended, as torch.distributed.elastic's ``WorkerState`` names a worker's."""
+
+    OK = "ok"  # exit 0 and its result.json says so
+    FAILED = "failed"  # it ended with an error or a wrong result of its own
+    CRASHED = "crashed"  # it died without a word: a signal, os._exit, the OOM killer
+    STUCK = "stuck"  # it never finished a phase: a watchdog or its own deadline stopped it
+    UNKNOWN = "unknown"  # a state this version does not know (a newer node's report)
+
+    @classmethod
+    def parse(cls, value: Any) -> OutcomeState:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+@dataclass(frozen=True)
+class MessageSizes:
+    """How far the collectives' message sizes got (bytes, nccl-tests' size): a rank stopped
+    inside a collective names the size in flight beside the largest every rank got through."""
+
+    phase: str | None = None
+    largest_passed_bytes: int | None = None
+    last_passed_bytes: int | None = None
+    in_flight_bytes: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MessageSizes | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls(
+            _text(data.get("phase")),
+            _count(data.get("largest_passed_bytes")),
+            _count(data.get("last_passed_bytes")),
+            _count(data.get("in_flight_bytes")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankOutcome:
+    """One rank's end: where it got to, its state, its error and the evidence of a stop. The
+    fields are in the order of the document's keys."""
+
+    rank: int
+    node: str
+    local_rank: int | None = None
+    phase_reached: str = "startup"  # the last phase it started ("startup": none)
+    state: OutcomeState
+    exit_code: int | None = None
+    error: str | None = None
+    ended_at: float | None = None  # epoch seconds of its failing (else last) event
+    stuck: str | None = None  # why it was stopped: the agent's watchdog or its own deadline
+    last_nccl_lines: tuple[str, ...] = ()
+    message_sizes: MessageSizes | None = None
+    stacks: str | None = None  # its Python stacks, when it did not end well
+    flight_recorder: str | None = None  # the path of its Flight Recorder dump
+    log_path: str = ""  # its worker log; the NCCL debug files lie beside it
+
+    @property
+    def ok(self) -> bool:
+        return self.state is OutcomeState.OK
+
+    @property
+    def last_nccl_line(self) -> str | None:
+        return self.last_nccl_lines[-1] if self.last_nccl_lines else None
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """The message size it stopped with in flight (0: none known)."""
+        return (self.message_sizes.in_flight_bytes if self.message_sizes else None) or 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document's ``ranks`` entry, keys in the order the report has always had."""
+        return {**to_dict(self), "state": self.state.value}  # the plain string, not the enum
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RankOutcome:
+        """An entry of a report's ``ranks``, read leniently: a field of the wrong type is
+        unknown, a state this version does not know is ``UNKNOWN``.
+
+        Raises:
+            ValueError: the entry is no rank outcome (not an object, no integer rank, no state:
+                ``watch`` and older producers write other rows).
+        """
+        if not isinstance(data, Mapping) or "state" not in data:
+            raise ValueError("not a rank outcome: no state")
+        rank = data.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise ValueError(f"not a rank outcome: rank {rank!r}")
+        lines = data.get("last_nccl_lines")
+        return cls(
+            rank=rank,
+            node=str(data.get("node") or ""),
+            state=OutcomeState.parse(data.get("state")),
+            phase_reached=_text(data.get("phase_reached")) or "startup",
+            local_rank=_integer(data.get("local_rank")),
+            exit_code=_integer(data.get("exit_code")),
+            error=_text(data.get("error")),
+            ended_at=_seconds(data.get("ended_at")),
+            stuck=_text(data.get("stuck")),
+            last_nccl_lines=tuple(str(line) for line in lines) if isinstance(lines, list) else (),
+            message_sizes=MessageSizes.from_dict(data.get("message_sizes")),
+            stacks=_text(data.get("stacks")),
+            flight_recorder=_text(data.get("flight_recorder")),
+            log_path=_text(data.get("log_path")) or "",
+        )
+
+
+def outcomes(rows: Sequence[Any]) -> list[RankOutcome] | None:
+    """Every row as a rank outcome, or None when one is not (a report another producer wrote)."""
+    try:
+        return [RankOutcome.from_dict(row) for row in rows]
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
 class RanksSeen:
-    ranks: Sequence[Mapping[str, Any]]
-    phases: Sequence[str]  # the worker phases in order (the earliest phase reached is behind)
+    # The ranks that did not end well, cause first (``forensics/behind.py`` orders them, once).
+    stopped: Sequence[RankOutcome]
     results: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # result.json by rank
     # Sentences naming nodes that stopped reporting; when they explain every rank's end, every
     # rank is a consequence.
     lost: Sequence[str] = ()
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _count(value: Any) -> int | None:
+    number = _integer(value)
+    return number if number is not None and number >= 0 else None
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,14 +1,14 @@
 """Dataclass <-> JSON-ready dict conversion for Facts, driven by the type hints.
 
 Facts cross process and node boundaries (published at rendezvous, stored in reports), so every
-Facts class must survive ``from_dict(cls, to_dict(x)) == x``. Unknown keys are ignored, and
-missing keys and values of the wrong type (a node named ``[]`` in a garbled report) take the
-field default, so older reports still load and a bad one cannot break the checks reading it.
+Facts class must survive ``from_dict(cls, to_dict(x)) == x``. Unknown keys are ignored and
+missing keys take the field default, so older reports still load; a value of the wrong type (a
+node named ``[]`` in a garbled report) is a TypeError, which the report loader turns into a
+clear "malformed report" rather than letting it reach the checks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import types
@@ -62,12 +62,11 @@ def _convert(tp: Any, value: Any) -> Any:
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
         hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value and f.init:
-                # the field's default stands in for a value of the wrong type
-                with contextlib.suppress(TypeError, ValueError):
-                    kwargs[f.name] = _convert(hints[f.name], value[f.name])
+        kwargs = {
+            f.name: _convert(hints[f.name], value[f.name])
+            for f in dataclasses.fields(tp)
+            if f.name in value and f.init
+        }
         return tp(**kwargs)
     if tp in _SCALARS and not _is_scalar(tp, value):
         raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.ranks import RankOutcome
 
 
 @dataclass(frozen=True)
@@ -75,23 +75,18 @@ class Stall:
     largest_passed_bytes: int | None
 
 
-def stalls(ranks: Sequence[Mapping[str, Any]]) -> tuple[Stall, ...]:
-    """The ranks of a report's ``ranks`` rows (docs/report.md#ranks) that did not end well."""
-    found = []
-    for r in ranks:
-        if r.get("state") == "ok" or not isinstance(r.get("rank"), int):
-            continue
-        sizes = r.get("message_sizes") if isinstance(r.get("message_sizes"), dict) else {}
-        in_flight = sizes.get("in_flight_bytes")
-        found.append(
-            Stall(
-                r["rank"],
-                sizes.get("phase"),
-                in_flight if isinstance(in_flight, int) else 0,
-                sizes.get("largest_passed_bytes"),
-            )
+def stalls(ranks: Sequence[RankOutcome]) -> tuple[Stall, ...]:
+    """The ranks that did not end well, with the message sizes they stopped at."""
+    return tuple(
+        Stall(
+            r.rank,
+            r.message_sizes.phase if r.message_sizes else None,
+            (r.message_sizes.in_flight_bytes or 0) if r.message_sizes else 0,
+            r.message_sizes.largest_passed_bytes if r.message_sizes else None,
         )
-    return tuple(found)
+        for r in ranks
+        if not r.ok
+    )
 
 
 @dataclass(frozen=True)

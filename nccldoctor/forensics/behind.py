@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.forensics.stacks import Frame, in_collective, main_thread_frames, user_frame
 
 T = TypeVar("T")
@@ -64,24 +65,23 @@ def stopped_at(stacks: str | None) -> Frame | None:
     return user_frame(main_thread_frames(stacks or ""))
 
 
-def _inside_collective(r: dict[str, Any]) -> bool:
+def _inside_collective(stacks: str | None) -> bool:
     """The rank's main thread stopped inside torch.distributed: it waits for a peer, so among
     ranks stuck in one phase it is not the one the others wait for."""
-    return in_collective(main_thread_frames(r.get("stacks") or ""))
+    return in_collective(main_thread_frames(stacks or ""))
 
 
-def culprits(ranks: list[dict[str, Any]], phases: Sequence[str]) -> list[dict[str, Any]]:
+def culprits(ranks: Sequence[RankOutcome], phases: Sequence[str]) -> list[RankOutcome]:
     """The ranks of a `check` run that did not end well, cause first; ``phases``: the worker
     phases in order."""
 
-    def position(r: dict[str, Any]) -> Position:
-        phase = r["phase_reached"]
+    def position(r: RankOutcome) -> Position:
         return Position(
-            stuck=r["state"] == "stuck",
-            phase=phases.index(phase) if phase in phases else -1,
-            in_collective=_inside_collective(r),
-            ended_at=r.get("ended_at") or math.inf,
-            rank=r["rank"],
+            stuck=r.state is OutcomeState.STUCK,
+            phase=phases.index(r.phase_reached) if r.phase_reached in phases else -1,
+            in_collective=_inside_collective(r.stacks),
+            ended_at=r.ended_at or math.inf,
+            rank=r.rank,
         )
 
-    return cause_order([r for r in ranks if r["state"] != "ok"], position)
+    return cause_order([r for r in ranks if not r.ok], position)

@@ -10,6 +10,7 @@ from nccldoctor.cluster.diagnosis import causes
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.ranks import RankOutcome, outcomes
 from nccldoctor.facts.run import PortProbe, RunObserved
 from nccldoctor.facts.world import WorldSeen, stalls
 from tests.ports import free_port
@@ -26,9 +27,10 @@ def node(name, mtu, address, ports=(32768, 60999)):
 def rank(r, name, state="failed", in_flight=None, passed=None, phase="allreduce_correctness"):
     sizes = {"phase": phase, "largest_passed_bytes": passed, "last_passed_bytes": passed,
              "in_flight_bytes": in_flight}  # fmt: skip
-    return {"rank": r, "node": name, "state": state, "phase_reached": phase, "error": "timed out",
-            "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
-            "log_path": "x", "message_sizes": sizes}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": name, "state": state, "phase_reached": phase, "error": "timed out",
+         "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
+         "log_path": "x", "message_sizes": sizes})  # fmt: skip
 
 
 NODES = [node("n0", 1500, "198.18.0.1"), node("n1", 9000, "198.18.0.2"),
@@ -82,8 +84,10 @@ def test_mtu_stall_needs_differing_mtus_and_a_stall_above_the_smaller_one():
 def test_mtu_stall_reads_bad_rank_rows_without_crashing():
     rows = [{"rank": 1, "state": "stuck", "message_sizes": "garbage"}, {"rank": "x"}, {},
             {"rank": 2, "node": "n1", "state": "failed", "message_sizes": {"in_flight_bytes": "9"}}]  # fmt: skip
-    assert [s.in_flight_bytes for s in stalls(rows)] == [0, 0]
-    assert mtu_findings(NODES, rows) == []
+    assert outcomes(rows) is None  # not every row is a rank's outcome: no verdict judged anew
+    typed = outcomes([rows[0], rows[3]])
+    assert [s.in_flight_bytes for s in stalls(typed)] == [0, 0]
+    assert mtu_findings(NODES, typed) == []
 
 
 def probe(to_ok=True, from_ok=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from nccldoctor.cluster.config import (
     first_slurm_host,
     host_resolves,
 )
+from nccldoctor.cluster.records import WORKER_PHASES, phase_budget
 from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
+from nccldoctor.cluster.worker.config import WorkerTimeouts
 
 
 def make(env=None, **flags):
@@ -229,6 +232,20 @@ def test_timeouts_order_of_strength():
 def test_worker_timeouts_are_the_contracts_keys():
     assert set(Timeouts().worker_timeouts()) == {"init", "barrier", "collective",
                                                  "bandwidth_budget", "ddp", "destroy"}  # fmt: skip
+    assert set(Timeouts().worker_timeouts()) == {f.name for f in dataclasses.fields(WorkerTimeouts)}
+
+
+def test_the_agent_budgets_each_phase_as_the_worker_times_it():
+    """One table: the deadline a worker sets itself is the budget the agent's watchdog gives it,
+    and the workers' overall deadline leaves room for every phase at its full budget (it once
+    counted the collective budget twice for three phases that wait on it)."""
+    t = timeouts_from(None, ["init=7", "barrier=2", "collective=3", "bandwidth-budget=5"])
+    worker = WorkerTimeouts(**t.worker_timeouts())
+    assert [phase_budget(p, worker) for p in WORKER_PHASES] == [
+        phase_budget(p, t) for p in WORKER_PHASES
+    ] == [7, 2, 3, 5 + 3, t.ddp, 3, t.destroy]  # fmt: skip
+    assert t.workers_total() == t.startup + 7 + 2 + 3 + 8 + t.ddp + 3 + t.destroy
+    assert phase_budget("a-newer-phase", t) == max(t.init, t.ddp, 8)
 
 
 def test_the_token_never_reaches_the_reports_command_line():

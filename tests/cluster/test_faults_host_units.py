@@ -15,6 +15,7 @@ from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import MasterLost, ReachResult, RunObserved
 from nccldoctor.lab.netns import isolated
 from nccldoctor.model import Severity
@@ -118,9 +119,10 @@ def test_local_ranks_from_the_caller_or_the_launcher(tmp_path: Path):
 
 
 def rank(r, error, state="failed"):
-    return {"rank": r, "node": "node1", "state": state, "phase_reached": "ddp", "error": error,
-            "exit_code": 3, "stuck": None, "last_nccl_lines": [], "log_path": "/x/worker.log",
-            "ended_at": 5.0}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": "node1", "state": state, "phase_reached": "ddp", "error": error,
+         "exit_code": 3, "stuck": None, "last_nccl_lines": [], "log_path": "/x/worker.log",
+         "ended_at": 5.0})  # fmt: skip
 
 
 CLOSED = "ddp: RuntimeError: [pair.cc:553] Connection closed by peer [198.18.5.1]:6025"
@@ -150,7 +152,7 @@ def test_a_rank_that_failed_on_its_own_stays_the_cause_beside_a_lost_node():
 def test_master_lost_names_the_master_and_the_ranks_that_lost_it():
     ranks = [rank(1, CLOSED), rank(2, "ddp: other peer [198.18.5.3]:1")]
     lost = MasterLost("node0", "198.18.5.1", "connect to 198.18.5.1:29400: Connection refused",
-                      "workers", {r["rank"]: r["error"] for r in ranks})  # fmt: skip
+                      "workers", {r.rank: r.error for r in ranks})  # fmt: skip
     (f,) = run_checks("run", RunObserved("node1", 29400, master_lost=lost), node="node1")
     assert (f.id, f.category, f.severity, f.node) == (
         "run.master-lost", "remote_peer_closed", Severity.FAIL, "node0"

@@ -8,6 +8,7 @@ from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.world import WorldSeen
 
 # gloo's own messages, as its format strings print them (pytorch/gloo gloo/transport/tcp/
@@ -115,10 +116,11 @@ def test_clock_skew_warns_past_five_seconds_and_names_the_nodes():
 
 
 def rank(r, node, state, phase, error=None, ended=None, lines=()):
-    return {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
-            "exit_code": 3, "stuck": "deadline" if state == "stuck" else None,
-            "last_nccl_lines": list(lines), "log_path": f"/x/rank{r}/worker.log",
-            "ended_at": ended}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
+         "exit_code": 3, "stuck": "deadline" if state == "stuck" else None,
+         "last_nccl_lines": list(lines), "log_path": f"/x/rank{r}/worker.log",
+         "ended_at": ended})  # fmt: skip
 
 
 def test_hang_verdict_names_the_stuck_rank_first():

@@ -4,6 +4,7 @@ judge a cluster alike, from the same node reports."""
 from __future__ import annotations
 
 from nccldoctor.cluster.diagnosis import merge, verdict
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 from tests.cluster.synthetic import synthetic_run
@@ -20,7 +21,7 @@ def test_each_nodes_own_cause_gives_way_to_one_cause_over_all_ranks() -> None:
     the cause. Over all ranks the stuck rank 3 (node1) is the cause, in either merge."""
     run = synthetic_run(4, hang_rank=3)
     for doc in run.documents():
-        alone = verdict.rank_findings(doc["ranks"])
+        alone = verdict.rank_findings([RankOutcome.from_dict(r) for r in doc["ranks"]])
         doc["findings"] += [f.to_dict() for f in alone]
     own = Report.from_dict(run.own)
     node0_cause = [rank for _, rank, severity in _rank_verdicts(own) if severity == "fail"]

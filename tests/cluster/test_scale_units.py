@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from nccldoctor.cluster.agent import gather
 from nccldoctor.cluster.agent.rendezvous import Keys, NodeEntry, gather_entries
@@ -18,6 +19,7 @@ from nccldoctor.cluster.diagnosis.verdict import (
     rank_label,
 )
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.report.answer import answer
 from nccldoctor.report.load import report_from_document
 from tests.cluster.synthetic import synthetic_run
@@ -56,10 +58,10 @@ def test_master_merge_is_linear_in_nodes():
     assert large < small * 8 * 3  # 8x the nodes: about 8x the time (quadratic would be 64x)
 
 
-def _rank(r: int, state: str, error: str | None = None) -> dict:
-    return {"rank": r, "node": f"node{r // 2}", "state": state, "phase_reached": "barrier",
-            "error": error, "exit_code": 1, "stuck": "deadline" if state == "stuck" else None,
-            "last_nccl_lines": [], "log_path": f"/x/rank{r}/worker.log", "ended_at": 10.0 + r}  # fmt: skip
+def _rank(r: int, state: str, error: str | None = None, **more: Any) -> RankOutcome:
+    return RankOutcome(rank=r, node=f"node{r // 2}", state=OutcomeState(state), phase_reached="barrier", error=error,
+                       exit_code=1, stuck="deadline" if state == "stuck" else None,
+                       log_path=f"/x/rank{r}/worker.log", ended_at=10.0 + r, **more)  # fmt: skip
 
 
 def _closed(port: int) -> str:
@@ -146,13 +148,14 @@ def _stacks(*frames: str) -> str:
 def test_among_stuck_ranks_the_one_outside_the_collective_is_the_cause():
     """--phase-timeout barrier=8 with collective=45: the waiting ranks hit their own deadline
     together with the one they wait for; the stacks tell them apart, not who ended first."""
-    waiting = _rank(15, "stuck", "barrier: timed out after 8 s (worker deadline)")
-    waiting["stacks"] = _stacks(".../torch/distributed/distributed_c10d.py, line 4159 in barrier",
-                                ".../nccldoctor/cluster/worker/rank.py, line 180 in _phases")  # fmt: skip
-    hanging = _rank(11, "stuck", "barrier: timed out after 8 s (worker deadline)")
-    hanging["stacks"] = _stacks(".../nccldoctor/cluster/worker/faults.py, line 94 in hang_forever",
-                                ".../nccldoctor/cluster/worker/rank.py, line 146 in phase")  # fmt: skip
-    waiting["ended_at"] = hanging["ended_at"] - 0.5  # its deadline fired first
+    deadline = "barrier: timed out after 8 s (worker deadline)"
+    hanging = _rank(11, "stuck", deadline, stacks=_stacks(
+        ".../nccldoctor/cluster/worker/faults.py, line 94 in hang_forever",
+        ".../nccldoctor/cluster/worker/rank.py, line 146 in phase"))  # fmt: skip
+    waiting = _rank(15, "stuck", deadline, stacks=_stacks(
+        ".../torch/distributed/distributed_c10d.py, line 4159 in barrier",
+        ".../nccldoctor/cluster/worker/rank.py, line 180 in _phases"))  # fmt: skip
+    waiting = replace(waiting, ended_at=hanging.ended_at - 0.5)  # its deadline fired first
     verdict = hang_section([waiting, hanging])["verdict"]
     assert verdict.startswith("rank 11 on node node5 never finished barrier; rank 15 on node node7")
 

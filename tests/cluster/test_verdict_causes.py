@@ -20,6 +20,7 @@ from nccldoctor.cluster.diagnosis.node_report import MASTER_LOST
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.world import WorldSeen, stalls
 
 LAN = "198.18.30"
@@ -60,12 +61,13 @@ def wrong_ifname(name: str) -> NodeFacts:
 
 
 def rank(r: int, node: str, state: str = "failed", error: str = "timed out",
-         phase: str = "init", in_flight: int | None = None) -> dict[str, Any]:  # fmt: skip
+         phase: str = "init", in_flight: int | None = None) -> RankOutcome:  # fmt: skip
     sizes = {"phase": phase, "largest_passed_bytes": 4096 if in_flight else None,
              "in_flight_bytes": in_flight}  # fmt: skip
-    return {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
-            "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
-            "log_path": "x", "message_sizes": sizes}  # fmt: skip
+    return RankOutcome.from_dict(
+        {"rank": r, "node": node, "state": state, "phase_reached": phase, "error": error,
+         "ended_at": 100.0 + r, "exit_code": 3, "stuck": None, "last_nccl_lines": [],
+         "log_path": "x", "message_sizes": sizes})  # fmt: skip
 
 
 def probe(to_ok: bool = True, from_ok: bool = True) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def probe(to_ok: bool = True, from_ok: bool = True) -> dict[str, Any]:
 @dataclass
 class Scenario:
     facts: list[NodeFacts]
-    ranks: list[dict[str, Any]]
+    ranks: list[RankOutcome]
     probes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # the master's sentences for lost nodes
     master_lost: bool = False  # the other nodes outlived the master
@@ -172,7 +174,7 @@ def _on_master(s: Scenario) -> tuple[str, str] | None:
 
 def _on_node(s: Scenario, name: str) -> tuple[str, str] | None:
     own = next(f for f in s.facts if f.node == name)
-    ranks = [r for r in s.ranks if r["node"] == name]
+    ranks = [r for r in s.ranks if r.node == name]
     lost = ["the master n0 (node rank 0) was lost during the workers phase"] if (
         s.master_lost) else []  # fmt: skip
     cause = causes.judge([own], ranks, {name: s.probes.get(name)})

@@ -14,6 +14,7 @@ from nccldoctor.cluster.agent.watchdog import GRACE_S, watch_ranks
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.facts.ranks import OutcomeState
 from nccldoctor.forensics.capture import last_nccl_lines
 
 # A process speaking the worker's side of the records (docs/design.md#records): events, heartbeats, SIGUSR1 stacks.
@@ -61,7 +62,7 @@ def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path
     assert "waiting_in_the_collective" in r.stacks
     assert launched.proc.poll() is not None  # ended by the watchdog
     ranks, phases, _ = worker_sections(watch)
-    assert ranks[0]["state"] == "stuck" and ranks[0]["phase_reached"] == "barrier"
+    assert ranks[0].state is OutcomeState.STUCK and ranks[0].phase_reached == "barrier"
     assert phases[0]["status"] == "timeout"
 
 
@@ -78,7 +79,7 @@ def test_a_rank_that_ends_is_not_stuck(tmp_path):
     (r,) = watch.ranks
     assert (r.stuck, r.exit_code, watch.stuck_reason) == (None, 0, None)
     ranks, phases, results = worker_sections(watch)
-    assert ranks[0]["state"] == "failed"  # exit 0 without a result.json is no success
+    assert ranks[0].state is OutcomeState.FAILED  # exit 0 without a result.json is no success
     assert phases[0]["status"] == "ok" and results == {}
 
 
@@ -97,5 +98,5 @@ def test_a_nccl_log_deleted_mid_run_leaves_the_rank_stuck_not_the_agent_crashed(
     threading.Timer(0.5, nccl_log.unlink).start()
     watch = watch_ranks([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
     ranks, _, _ = worker_sections(watch)
-    assert ranks[0]["state"] == "stuck" and ranks[0]["last_nccl_lines"] == []
+    assert ranks[0].state is OutcomeState.STUCK and ranks[0].last_nccl_lines == ()
     assert nccl_section(ranks) == (None, [])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.facts import EnvFacts, GpuFacts, NetworkFacts, NodeFacts, SoftwareFacts
 from nccldoctor.facts.gpu import GpuDevice
 from nccldoctor.facts.network import Interface, Route
@@ -15,7 +16,6 @@ from nccldoctor.facts.software import NcclLibrary
 CREATED = "2026-12-02T12:00:00+00:00"
 T0 = 1796212800.0  # 2026-12-02 12:00:00 UTC
 NCCL = "2.26.2"
-WORKER_PHASES = ("init", "barrier", "allreduce_correctness", "bandwidth", "ddp", "checksum")
 NODE_PHASES = ("preflight", "reach", "rendezvous", "nccl_bootstrap")
 
 

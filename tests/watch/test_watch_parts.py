@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.diagnosis.verdict import rank_findings
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.forensics.ranks import RankEvidence, RankProcess, rank_state
 from nccldoctor.forensics.stacks import main_thread_frames, traceback_frames, user_frame
 from nccldoctor.watch.evidence import collect, known_processes
@@ -113,9 +114,8 @@ def test_check_and_watch_name_the_same_step_of_a_stuck_rank():
             step: 7
     <module> (/work/train.py:45)
 """
-    stuck = {"node": "A", "rank": 1, "state": "stuck", "phase_reached": "ddp", "error": None,
-             "exit_code": -9, "stuck": "still in ddp", "stacks": dump, "last_nccl_lines": [],
-             "log_path": "rank1/worker.log", "ended_at": None}  # fmt: skip
+    stuck = RankOutcome(rank=1, node="A", state=OutcomeState.STUCK, phase_reached="ddp", exit_code=-9, stuck="still in ddp",
+                        stacks=dump, log_path="rank1/worker.log")  # fmt: skip
     (finding,) = rank_findings([stuck])
     process = RankProcess(pid=1, rank=1, local_rank=1, host="A", argv=[])
     watched = rank_state(RankEvidence(process=process, stacks=dump))

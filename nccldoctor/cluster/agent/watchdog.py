@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nccldoctor.cluster.agent.launcher import Launched
+from nccldoctor.cluster.records import phase_budget
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
 from nccldoctor.forensics.stop import stop_groups
@@ -27,20 +28,6 @@ from nccldoctor.forensics.stop import stop_groups
 # Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
 # phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
 GRACE_S = 4.0
-
-
-def phase_budget(phase: str, timeouts: Timeouts) -> float:
-    """How long a worker may stay in ``phase`` (contract phases; unknown ones get the longest)."""
-    budgets = {
-        "init": timeouts.init,
-        "barrier": timeouts.barrier,
-        "allreduce_correctness": timeouts.collective,
-        "bandwidth": timeouts.bandwidth_budget + timeouts.collective,
-        "ddp": timeouts.ddp,
-        "checksum": timeouts.collective,
-        "destroy": timeouts.destroy,
-    }
-    return budgets.get(phase, max(budgets.values()))
 
 
 @dataclass

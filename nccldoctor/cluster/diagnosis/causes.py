@@ -17,6 +17,7 @@ from checks.container import bridge_network
 from checks.master import master_nat_bridge
 from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.model import Finding
 
 MTU_STALL = "run.mtu-stall"
@@ -32,7 +33,7 @@ class Cause:
 
 def judge(
     facts: Sequence[NodeFacts],
-    ranks: Sequence[dict[str, Any]],
+    ranks: Sequence[RankOutcome],
     port_probes: Mapping[str, dict[str, Any] | None],
     found: Sequence[Finding] = (),
     master: str | None = None,
@@ -41,7 +42,7 @@ def judge(
     NAT and a shared advertised address explain refused ephemeral connections and init
     timeouts; a missing interface explains a bootstrap timeout (docs/design.md#verdict).
     ``found``: the ``world`` rules' findings, on the master (only it sees every node's MTU)."""
-    if all(r["state"] == "ok" for r in ranks):
+    if all(r.ok for r in ranks):
         return None
     return (
         docker_nat(facts, ranks)
@@ -51,7 +52,7 @@ def judge(
     )
 
 
-def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]]) -> Cause | None:
+def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[RankOutcome]) -> Cause | None:
     """Nodes behind Docker NAT: one address advertised by several nodes (a rank's connection
     to it stays home), or one node's private address that its peers cannot reach."""
     if advertised_address_shared(list(facts)):
@@ -60,9 +61,9 @@ def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[dict[str, Any]]) -> C
             groups.setdefault(advertised(f) or "", []).append(f.node)
         address, nodes = next((a, n) for a, n in groups.items() if a and len(n) > 1)
         who = "both nodes" if len(nodes) == len(facts) == 2 else f"nodes {', '.join(nodes)}"
-        home = [r for r in ranks if r["node"] in nodes and address in (r.get("error") or "")]
+        home = [r for r in ranks if r.node in nodes and address in (r.error or "")]
         reached = (
-            f"rank {home[0]['rank']}'s connection to it reached itself"
+            f"rank {home[0].rank}'s connection to it reached itself"
             if home
             else "a rank's connection to it reaches its own node"
         )

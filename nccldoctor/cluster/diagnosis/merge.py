@@ -28,6 +28,7 @@ from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.facts import NodeFacts, from_dict
+from nccldoctor.facts.ranks import outcomes
 from nccldoctor.facts.world import LostNode, MergedFrom, WorldSeen, stalls
 from nccldoctor.model import Finding
 from nccldoctor.report import Report
@@ -155,14 +156,14 @@ def merge_reports(
     )
     lost_sentences = [lost_sentence(node) for node in lost]
     missing = sorted({*listed, *listed_missing} - set(sources))
-    # The check's ranks carry their state: the verdict is then judged anew over all of them; a
-    # report whose ranks lack it (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
-    judged_anew = all("state" in r for r in ranks)
+    # The check's ranks are outcomes: the verdict is then judged anew over all of them; a
+    # report whose ranks are not (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
+    ended = outcomes(ranks)  # the document keeps the rows as the nodes wrote them
     world = gathered.world if gathered else None
     joins = rendezvous_seen(world, gathered.hellos, gathered.port) if gathered and world else None
     seen = WorldSeen(
         facts=facts,
-        stalls=stalls(ranks) if judged_anew else (),
+        stalls=stalls(ended) if ended is not None else (),
         tcp_gbps=wire,
         rendezvous=joins,
         clocks=clocks(gathered.entries) if gathered else (),
@@ -171,17 +172,17 @@ def merge_reports(
     )
     found = run_checks("world", seen)
     judged: list[Finding] = []
-    if judged_anew:
+    if ended is not None:
         findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
         master = (first.extra.get("run") or {}).get("node")
-        cause = causes.judge(facts, ranks, probes, found, master=master)
-        hang = verdict.hang_section(ranks, lost_sentences, *causes.verdict_args(cause),
+        cause = causes.judge(facts, ended, probes, found, master=master)
+        hang = verdict.hang_section(ended, lost_sentences, *causes.verdict_args(cause),
                                     lost_of=NODE_LOST)  # fmt: skip
-        if ranks:
-            area_status["run"] = f"{sum(r['state'] == 'ok' for r in ranks)}/{len(ranks)} ranks ok"
+        if ended:
+            area_status["run"] = f"{sum(r.ok for r in ended)}/{len(ended)} ranks ok"
         judged += [
             *(cause.findings if cause else []),
-            *verdict.rank_findings(ranks, lost_sentences),
+            *verdict.rank_findings(ended, lost_sentences),
         ]
     elif hang is not None:
         hang = {**hang, "stuck": list(stuck.values())}

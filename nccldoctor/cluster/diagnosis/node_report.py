@@ -14,6 +14,7 @@ from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
 from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NetworkFacts, NodeFacts
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
@@ -35,7 +36,7 @@ class NodeRun:
     node_rank: int | None = None
     bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[RankOutcome] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
     worker_results: dict[int, dict] = field(default_factory=dict)
     workers_started: bool = False
@@ -125,7 +126,7 @@ def build_node_report(
         extra={
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,
-            "ranks": run.ranks,
+            "ranks": [r.to_dict() for r in run.ranks],
             "hang": verdict.hang_section(
                 run.ranks, run.lost, *causes.verdict_args(cause), lost_of=MASTER_LOST
             ),
@@ -151,14 +152,14 @@ def build_node_report(
     )
 
 
-def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[Finding]]:
+def nccl_section(ranks: Sequence[RankOutcome]) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The NCCL log summary of this node's ranks (``NCCL_DEBUG_FILE``), when NCCL wrote any."""
     from pathlib import Path
 
     from nccldoctor.explain import explain
     from nccldoctor.ncclog.inputs import file_sources
 
-    files = [p for r in ranks for p in sorted(Path(r["log_path"]).parent.glob("nccl.*.log"))]
+    files = [p for r in ranks for p in sorted(Path(r.log_path).parent.glob("nccl.*.log"))]
     sources = file_sources(files)
     if not sources:
         return None, []
@@ -167,16 +168,14 @@ def nccl_section(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, li
 
 
 def flight_recorder_section(
-    ranks: list[dict[str, Any]],
+    ranks: Sequence[RankOutcome],
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The Flight Recorder dumps the monitor collected from stuck ranks, matched across them."""
     from pathlib import Path
 
     from nccldoctor.explain import explain_dumps
 
-    return explain_dumps(
-        [(Path(r["flight_recorder"]), r["rank"]) for r in ranks if r.get("flight_recorder")]
-    )
+    return explain_dumps([(Path(r.flight_recorder), r.rank) for r in ranks if r.flight_recorder])
 
 
 def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
@@ -207,5 +206,5 @@ def _run_status(run: NodeRun) -> str:
         return f"stopped: {run.aborted}"
     if not run.ranks:
         return "no workers ran"
-    ok = sum(r["state"] == "ok" for r in run.ranks)
+    ok = sum(r.ok for r in run.ranks)
     return f"{ok}/{len(run.ranks)} local ranks ok"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
+from nccldoctor.facts.ranks import MessageSizes, OutcomeState, RankOutcome
 
 # How a worker's own phase watch ends its error when a phase outlived its deadline (worker.py):
 # the rank was blocked, not told "timeout" by the backend, so it is the stuck one.
@@ -23,38 +24,39 @@ def load_result(rank_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> dict[str, Any]:
+def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> RankOutcome:
     """One entry of ``ranks``: where the rank got to and how it ended."""
     failed = next((e for e in reversed(watch.events) if e.get("status") == "fail"), None)
     error = (result or {}).get("error") or (failed or {}).get("detail") or None
     stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
     if stuck:
-        state = "stuck"
+        state = OutcomeState.STUCK
     elif watch.exit_code == 0 and (result or {}).get("ok", False):
-        state = "ok"
+        state = OutcomeState.OK
     elif result is None and watch.exit_code not in (0, 1, 3):
-        state = "crashed"  # died without a word: a signal, os._exit, the OOM killer
+        state = OutcomeState.CRASHED  # died without a word: a signal, os._exit, the OOM killer
     else:
-        state = "failed"
-    if state == "crashed" and not error:
+        state = OutcomeState.FAILED
+    if state is OutcomeState.CRASHED and not error:
         error = _tail(watch.launched.log_path) or f"exited with code {watch.exit_code}"
-    return {
-        "rank": watch.rank,
-        "node": watch.node,
-        "local_rank": watch.launched.local_rank,
-        "phase_reached": (result or {}).get("phase_reached") or watch.phase or "startup",
-        "state": state,
-        "exit_code": watch.exit_code,
-        "error": error,
-        "ended_at": (failed or (watch.events[-1] if watch.events else {})).get("t"),
-        "stuck": stuck,
-        "last_nccl_lines": watch.last_nccl_lines,
-        "message_sizes": (result or {}).get("message_sizes"),
-        "stacks": watch.stacks
-        or (_read(watch.launched.rank_dir / "stacks.txt") if state != "ok" else None),
-        "flight_recorder": watch.flight_recorder,
-        "log_path": str(watch.launched.log_path),
-    }
+    ok = state is OutcomeState.OK
+    ended = (failed or (watch.events[-1] if watch.events else {})).get("t")
+    return RankOutcome(
+        rank=watch.rank,
+        node=watch.node,
+        state=state,
+        local_rank=watch.launched.local_rank,
+        phase_reached=(result or {}).get("phase_reached") or watch.phase or "startup",
+        exit_code=watch.exit_code,
+        error=error,
+        ended_at=ended if isinstance(ended, (int, float)) else None,  # a garbled event: unknown
+        stuck=stuck,
+        last_nccl_lines=tuple(watch.last_nccl_lines),
+        message_sizes=MessageSizes.from_dict((result or {}).get("message_sizes")),
+        stacks=watch.stacks or (_read(watch.launched.rank_dir / "stacks.txt") if not ok else None),
+        flight_recorder=watch.flight_recorder,
+        log_path=str(watch.launched.log_path),
+    )
 
 
 def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
@@ -86,7 +88,9 @@ def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
     return rows
 
 
-def worker_sections(watch: WatchResult) -> tuple[list[dict], list[dict], dict[int, dict]]:
+def worker_sections(
+    watch: WatchResult,
+) -> tuple[list[RankOutcome], list[dict], dict[int, dict]]:
     """(ranks rows, phases rows, result.json by rank) of one node."""
     results = {r.rank: load_result(r.launched.rank_dir) for r in watch.ranks}
     ranks = [rank_row(r, results[r.rank]) for r in watch.ranks]

@@ -14,7 +14,7 @@ from typing import Any
 from checks import run_checks
 from checks.ranks import lost_is_cause, sentence
 from nccldoctor.cluster.records import WORKER_PHASES
-from nccldoctor.facts.ranks import RanksSeen
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RanksSeen
 from nccldoctor.forensics.behind import culprits
 from nccldoctor.model import Finding
 
@@ -23,7 +23,7 @@ VERDICT_GROUPS = 4
 
 
 def hang_section(
-    ranks: list[dict[str, Any]],
+    ranks: Sequence[RankOutcome],
     lost: Sequence[str] = (),
     cause: str | None = None,
     cause_of: dict[str, str] | None = None,
@@ -48,28 +48,28 @@ def hang_section(
     if cause:
         sentences[0] = f"{cause}: {sentences[0]}"
     return {
-        "phase": ordered[0]["phase_reached"] if ordered else None,
+        "phase": ordered[0].phase_reached if ordered else None,
         "stuck": [
             {
-                "node": r["node"],
-                "rank": r["rank"],
-                "phase": r["phase_reached"],
-                "last_nccl_line": (r["last_nccl_lines"] or [None])[-1],
+                "node": r.node,
+                "rank": r.rank,
+                "phase": r.phase_reached,
+                "last_nccl_line": r.last_nccl_line,
             }
             for r in ordered
-            if r["state"] == "stuck"
+            if r.state is OutcomeState.STUCK
         ],
         "verdict": "; ".join(sentences) + ".",
         **({"cause": rests_on} if rests_on else {}),
     }
 
 
-def _consequences(ranks: list[dict[str, Any]]) -> list[str]:
+def _consequences(ranks: Sequence[RankOutcome]) -> list[str]:
     """The other ranks' sentences, ranks that did the same together ("ranks 0-9, 12 waited in
     barrier"; the error only when the group shares it: gloo's name each rank's peer address), at
     most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line; the findings still
     list every rank with its own error."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RankOutcome]] = {}
     for r in ranks:
         groups.setdefault(_predicate(r, detail=False), []).append(r)
     sentences = []
@@ -77,7 +77,7 @@ def _consequences(ranks: list[dict[str, Any]]) -> list[str]:
         detailed = {_predicate(r, detail=True) for r in members}
         text = detailed.pop() if len(detailed) == 1 else predicate
         text = text.replace(" its ", " their ", 1) if members[1:] else text
-        sentences.append(rank_label([r["rank"] for r in members]) + text)
+        sentences.append(rank_label([r.rank for r in members]) + text)
     if len(sentences) <= VERDICT_GROUPS:
         return sentences
     rest = sum(len(members) for members in list(groups.values())[VERDICT_GROUPS - 1 :])
@@ -99,23 +99,27 @@ def rank_label(ranks: Sequence[int]) -> str:
     )
 
 
-def _predicate(r: dict[str, Any], detail: bool) -> str:
+def _predicate(r: RankOutcome, detail: bool) -> str:
     """A consequence's sentence without its leading "rank N"."""
-    return sentence(r, False, detail).removeprefix(f"rank {r['rank']}")
+    return sentence(r, False, detail).removeprefix(f"rank {r.rank}")
 
 
-def rank_findings(ranks: Sequence[Mapping[str, Any]], lost: Sequence[str] = ()) -> list[Finding]:
-    """The ``ranks`` rules over the ranks' rows alone (a merge judges them anew)."""
+def rank_findings(ranks: Sequence[RankOutcome], lost: Sequence[str] = ()) -> list[Finding]:
+    """The ``ranks`` rules over the ranks' outcomes alone (a merge judges them anew)."""
     return worker_findings(ranks, {}, lost)
 
 
 def worker_findings(
-    ranks: Sequence[Mapping[str, Any]], results: Mapping[int, Mapping], lost: Sequence[str] = ()
+    ranks: Sequence[RankOutcome],
+    results: Mapping[int, Mapping[str, Any]],
+    lost: Sequence[str] = (),
 ) -> list[Finding]:
     """Every ``ranks`` rule over one run's ranks and their results (wrong sums, replicas), the
-    stopped ranks in cause order (the cause first, as the verdict names them)."""
-    order = {r["rank"]: i for i, r in enumerate(culprits(list(ranks), WORKER_PHASES))}
-    findings = run_checks("ranks", RanksSeen(ranks, WORKER_PHASES, results, lost))
+    stopped ranks in cause order (the cause first, as the verdict names them): the rules run
+    in id order (run.rank-failed before run.rank-stuck), each over the ranks ordered once."""
+    stopped = culprits(ranks, WORKER_PHASES)
+    order = {r.rank: i for i, r in enumerate(stopped)}
+    findings = run_checks("ranks", RanksSeen(stopped, results, lost))
     return sorted(findings, key=lambda f: order.get(f.rank, len(order)) if f.id in STOPPED else -1)
 
 

@@ -2,8 +2,8 @@
 
 Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK, ...;
 MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
-agent, which has torch loaded already (:func:`forked_main`). The phases, each under a deadline:
-init → barrier → allreduce_correctness → bandwidth → ddp → checksum → destroy. Everything the
+agent, which has torch loaded already (:func:`forked_main`). It runs the phases of
+``cluster/records.py`` in their order, each under its deadline there. Everything the
 agent needs lands in the config's rank_dir (docs/design.md#records, and the launcher): events.jsonl as it goes,
 result.json on every exit path, stacks.txt on SIGUSR1 or at a missed deadline.
 Exit status: 0 all good, 1 a check failed (wrong results, replicas differ), 3 error or timeout.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nccldoctor.cluster.records import phase_budget
 from nccldoctor.cluster.worker.collectives import (
     ALLREDUCE,
     Comm,
@@ -156,7 +157,8 @@ class Worker:
             os._exit(EXIT_ERROR)
 
     @contextmanager
-    def phase(self, name: str, timeout_s: float) -> Iterator[None]:
+    def phase(self, name: str) -> Iterator[None]:
+        timeout_s = phase_budget(name, self.config.timeouts)
         self.record(phase_reached=name)
         self.events.emit(name, "start", f"deadline {timeout_s:g} s")
         self.watch.enter(name, timeout_s)
@@ -185,27 +187,26 @@ class Worker:
         return code
 
     def _phases(self) -> None:
-        timeouts = self.config.timeouts
-        with self.phase("init", timeouts.init):
+        with self.phase("init"):
             if self.setup_error:
                 raise ValueError(self.setup_error)
             comm = self._init_process_group()
         import torch.distributed as dist
 
-        with self.phase("barrier", timeouts.barrier):
+        with self.phase("barrier"):
             if comm.device.type == "cuda":
                 dist.barrier(device_ids=[comm.device.index])
             else:
                 dist.barrier()
-        with self.phase("allreduce_correctness", timeouts.collective):
+        with self.phase("allreduce_correctness"):
             self._correctness(comm)
-        with self.phase("bandwidth", timeouts.bandwidth_budget + timeouts.collective):
+        with self.phase("bandwidth"):
             self._bandwidth(comm)
-        with self.phase("ddp", timeouts.ddp):
+        with self.phase("ddp"):
             model = self._ddp(comm)
-        with self.phase("checksum", timeouts.collective):
+        with self.phase("checksum"):
             self._checksum(comm, model)
-        with self.phase("destroy", timeouts.destroy):
+        with self.phase("destroy"):
             dist.destroy_process_group()
 
     def _init_process_group(self) -> Comm:

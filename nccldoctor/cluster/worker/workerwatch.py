@@ -77,7 +77,8 @@ class StackDump:
 
 
 class PhaseWatch(threading.Thread):
-    """Heartbeats, phase deadlines and stop signals for the worker's main thread.
+    """The worker's own deadline: heartbeats, phase deadlines and stop signals for the worker's
+    main thread, from inside the worker (the agent's watchdog watches it from outside).
 
     ``on_fatal(error)`` is called from this thread when the worker must end (deadline passed or
     a stop signal); it writes the result and never returns (os._exit).
@@ -120,5 +121,5 @@ class PhaseWatch(threading.Thread):
                 if now - last_beat >= HEARTBEAT_S:
                     self._events.emit(phase, "heartbeat", f"{now - started:.1f} of {timeout_s:g} s")
                     last_beat = now
-            except Exception as exc:  # the watchdog must outlive its own errors
+            except Exception as exc:  # the worker's deadline must outlive its own errors
                 print(f"nccldoctor worker: phase watch error: {exc!r}", file=sys.stderr, flush=True)

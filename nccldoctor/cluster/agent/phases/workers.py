@@ -33,12 +33,12 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress
     )
     run.ranks, run.rank_phases, run.worker_results = results.worker_sections(watch)
-    bad = [r for r in run.ranks if r["state"] != "ok"]
+    bad = [r for r in run.ranks if not r.ok]
     if watch.stuck_reason:
         row["status"], row["detail"] = "timeout", watch.stuck_reason
     elif bad:
         row["status"] = "fail"
-        row["detail"] = ", ".join(f"rank {r['rank']} {r['state']}" for r in bad)
+        row["detail"] = ", ".join(f"rank {r.rank} {r.state}" for r in bad)
 
 
 def _can_fork(state: AgentState) -> bool:
