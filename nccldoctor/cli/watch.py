@@ -91,5 +91,7 @@ def watch(
     else:
         final = watch_report(outcome, argv, out)
         write_report(final, report_path)
-    write_page(final, page, json_out=True)  # stdout is the job's: the page's path goes to stderr
+    write_page(
+        final.to_dict(), page, json_out=True
+    )  # stdout is the job's: the page's path goes to stderr
     raise typer.Exit(outcome.exit_code)
