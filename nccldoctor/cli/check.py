@@ -22,7 +22,8 @@ from nccldoctor.cli.console import (
     stdout,
     write_page,
 )
-from nccldoctor.cli.progress import Progress
+from nccldoctor.cli.progress import Progress, message_text
+from nccldoctor.cluster.agent.rendezvous import Joined
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
 from nccldoctor.forensics.stacks import without_cpp_frames
 
@@ -155,11 +156,11 @@ def check(
     raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 
-def _progress(message: str, log: Path, shown: Progress) -> None:
+def _progress(message: str | Joined, log: Path, shown: Progress) -> None:
     """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
     with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
-        f.write(message + "\n")
-    shown(without_cpp_frames(message))
+        f.write(message_text(message) + "\n")
+    shown(message if isinstance(message, Joined) else without_cpp_frames(message))
 
 
 def redact_token(argv: list[str]) -> list[str]:
