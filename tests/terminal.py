@@ -20,41 +20,53 @@ from collections.abc import Mapping, Sequence
 _CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
 
 
+def open_pty(width: int = 100) -> tuple[int, int]:
+    """A pseudo-terminal of ``width`` columns: (master, slave) descriptors."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    return master, slave
+
+
 def run_on_pty(
     argv: Sequence[str], env: Mapping[str, str], timeout_s: float, width: int = 100
 ) -> tuple[bytes, int]:
     """Everything ``argv`` wrote to a terminal of ``width`` columns as its stdin, stdout and
     stderr, and its exit code; killed after ``timeout_s``."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, width, 0, 0))
+    master, slave = open_pty(width)
     proc = subprocess.Popen(
         argv, stdin=slave, stdout=slave, stderr=slave, env=dict(env), start_new_session=True
     )
     os.close(slave)
-    return read_pty(master, proc, timeout_s), proc.returncode
-
-
-def read_pty(master: int, proc: subprocess.Popen, timeout_s: float) -> bytes:
-    """What ``proc`` writes to the pty ``master`` until it ends (killed after ``timeout_s``)."""
-    data, deadline = b"", time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: every writer of the terminal has closed it
-                    break
-                if not chunk:
-                    break
-                data += chunk
-            elif proc.poll() is not None:
-                break
+        return read_pty(master, proc, time.monotonic() + timeout_s), proc.wait()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-        proc.wait()
+        end(proc)
         os.close(master)
+
+
+def read_pty(master: int, proc: subprocess.Popen, deadline: float, until: bytes = b"") -> bytes:
+    """What ``proc`` writes to the pty ``master`` until it ends, the monotonic ``deadline``, or
+    (given ``until``) the first time that appears."""
+    data = b""
+    while time.monotonic() < deadline and not (until and until in data):
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal has closed it
+                break
+            if not chunk:
+                break
+            data += chunk
+        elif proc.poll() is not None:
+            break
     return data
+
+
+def end(proc: subprocess.Popen) -> None:
+    """``proc``'s session killed if it still runs, and reaped."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    proc.wait()
 
 
 def screen(data: bytes, width: int = 100) -> list[str]:

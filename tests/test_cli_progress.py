@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import select
+import subprocess
 import time
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from nccldoctor.cli.progress import JobProgress, Progress
 from nccldoctor.cluster.agent.rendezvous import Joined
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.lab.start import free_port_pair, start_check
 from nccldoctor.watch.supervisor import JobStatus
-from tests.terminal import screen
+from tests.terminal import end, open_pty, read_pty, screen
 
 # What NodeAgent.phase says (cluster/agent/node.py), as a run of two phases says it.
 MESSAGES = [
@@ -170,3 +175,50 @@ def test_a_jobs_bytes_on_a_pipe_are_the_jobs_alone() -> None:
         "nccldoctor: job running 1 s · 2 ranks",
         "nccldoctor: job quiet 63 s · 2 ranks · no progress for 61 s of 120 s",
     ]
+
+
+@pytest.mark.slow
+def test_a_check_on_a_terminal_shows_the_join_and_in_a_pipe_plain_lines(tmp_path: Path) -> None:
+    """Two node agents on loopback: the master on a pseudo-terminal, the other node's output in
+    a pipe, started once the master waits in rendezvous."""
+    port = free_port_pair()
+
+    def args(rank: int) -> list[str]:
+        return ["--master", "127.0.0.1", "--nodes", "2", "--node-rank", str(rank), "--port",
+                str(port), "--backend", "gloo", "--timeout", "30", "--phase-timeout",
+                "bandwidth_budget=1", "--no-html"]  # fmt: skip
+
+    master_tty, slave = open_pty(100)
+    env = {**os.environ, "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    master = start_check(args(0), out=tmp_path / "n0", node_name="n0", env=env,
+                         stdin=slave, stdout=slave, stderr=slave)  # fmt: skip
+    os.close(slave)
+    node = None
+    try:
+        deadline = time.monotonic() + 240
+        data = read_pty(master_tty, master, deadline, until=b"nodes 1/2 joined")
+        time.sleep(1)  # the master's line counts one node for a while
+        node = start_check(args(1), out=tmp_path / "n1", node_name="n1", env=os.environ,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        data += read_pty(master_tty, master, deadline)
+        _, node_err = node.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        for proc in (master, node):
+            if proc is not None:
+                end(proc)
+        os.close(master_tty)
+    assert master.returncode in (0, 1) and node.returncode in (0, 1), data[-3000:]
+    text = data.decode(errors="replace")
+    live = re.findall(r"rendezvous … [0-9.]+ s of [0-9.]+ s · nodes (\d)/2 joined", text)
+    assert "1" in live and "2" in live  # the line counted the node as it came
+    rows = screen(data, 100)
+    # each finished phase once, the line itself gone (transient)
+    for phase in ("preflight", "reach", "rendezvous", "workers"):
+        assert len([r for r in rows if r.startswith(f"{phase} ") and " (" in r]) == 1, rows
+    assert not [r for r in rows if " … " in r], rows
+    assert "rendezvous: nodes 2/2 joined" in (tmp_path / "n0" / "n0" / "agent.log").read_text()
+    # the other node, in a pipe: plain lines, a start and an end per phase, no control codes
+    assert "\x1b" not in node_err
+    lines = node_err.splitlines()
+    assert "rendezvous ..." in lines and any(ln.startswith("rendezvous ok (") for ln in lines)
