@@ -51,6 +51,7 @@ class LiveLine(abc.ABC):
         self._live: Any = None
         self._lock = threading.Lock()
         self._partial = False  # the job's last bytes on the terminal ended inside a line
+        self._drawn: str | None = None  # the text refresh() last drew
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -117,9 +118,13 @@ class LiveLine(abc.ABC):
         """The live line's text (empty: nothing in progress)."""
 
     def refresh(self) -> None:
-        """Draw the line now (the ticker does it four times a second)."""
+        """Draw the line now if its text changed (the ticker asks four times a second)."""
         with self._lock:
-            if self._live is not None and not self._partial:
+            if self._live is None or self._partial:
+                return
+            text = self.line().plain
+            if text != self._drawn:  # watch's line changes once a second: no redraw between
+                self._drawn = text
                 self._live.refresh()
 
     def _render(self) -> Text:
