@@ -133,16 +133,21 @@ def link_budget(
     ]
     best = max(rows, key=lambda r: r["busbw_GBps"], default=None)
     backend = str(bandwidth.get("backend") or "")
-    transport = network if network in EXPECTED else ("Socket" if backend == "gloo" else None)
+    known = isinstance(network, str) and network in EXPECTED  # a bad document: any JSON value
+    transport = network if known else ("Socket" if backend == "gloo" else None)
     return LinkBudget(
         backend=backend,
         transport=transport,
         busbw_GBps=best["busbw_GBps"] if best else None,
         size_bytes=best["size_bytes"] if best else None,
-        nodes=[
-            node_links(f, wire.get(f.node) if _number(wire.get(f.node)) else None) for f in facts
-        ],
+        nodes=[node_links(f, _wire(wire, f.node)) for f in facts],
     )
+
+
+def _wire(wire: Mapping[str, Any], node: Any) -> float | None:
+    """The TCP probe's rate for ``node``; facts read from a bad document may name it oddly."""
+    rate = wire.get(node) if isinstance(node, str) else None
+    return rate if _number(rate) else None
 
 
 def _number(value: Any) -> bool:

@@ -84,3 +84,26 @@ def redact_value(value: Any) -> Any:
 def redact_document(document: dict[str, Any]) -> dict[str, Any]:
     """The report document with every secret removed (what ``Report.to_dict`` returns)."""
     return redact_value(document)
+
+
+def redact_secret_names(value: Any) -> None:
+    """In place, in parsed JSON: every string under a secret-looking name, in every mapping at
+    any depth, becomes ``<redacted>``, as :func:`redact_env` does.
+
+    For a document read back from a file, which ``redact_document`` redacted whole when it was
+    written: the mappings are where a secret is named (an environment, a conf file, a log's
+    env echo), and a name this version counts as secret may not have been one to the writer.
+    Only mappings are visited, not the text of every string (a 64-node report holds ~100k
+    strings, most of them log lines), so a page renders from the file at once.
+    """
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if isinstance(item, str):
+                if is_secret_name(str(name)):
+                    value[name] = REDACTED
+            elif isinstance(item, (dict, list)):
+                redact_secret_names(item)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                redact_secret_names(item)

@@ -22,7 +22,8 @@ from nccldoctor.cli.console import (
     stdout,
     write_page,
 )
-from nccldoctor.cli.progress import Progress
+from nccldoctor.cli.progress import Progress, message_text
+from nccldoctor.cluster.agent.rendezvous import Joined
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
 from nccldoctor.forensics.stacks import without_cpp_frames
 
@@ -143,29 +144,23 @@ def check(
     with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as shown:
         report, path, code = run_check(config, os.environ, command,
                                        progress=lambda m: _progress(m, log, shown))  # fmt: skip
+    document = report.to_dict()  # once: redacting a 64-node report is not free
     if json_out:
-        print_json(report.to_dict())
+        print_json(document)
     else:
-        print_report(report, verbose)
+        print_report(document, verbose)
         stdout.print(f"Report: {path}")
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
     # share one --out folder keep their pages apart
-    write_page(report, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
+    write_page(document, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
     raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 
-def _progress(message: str, log: Path) -> None:
+def _progress(message: str | Joined, log: Path, shown: Progress) -> None:
     """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
     with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
-        f.write(message + "\n")
-    stderr.print(without_cpp_frames(message))
-
-
-def _progress(message: str, log: Path, shown: Progress) -> None:
-    """A phase's line: whole in the node's log, without torch's C++ frames on the terminal."""
-    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
-        f.write(message + "\n")
-    shown(without_cpp_frames(message))
+        f.write(message_text(message) + "\n")
+    shown(message if isinstance(message, Joined) else without_cpp_frames(message))
 
 
 def redact_token(argv: list[str]) -> list[str]:

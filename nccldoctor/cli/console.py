@@ -7,12 +7,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
-
-if TYPE_CHECKING:
-    from nccldoctor.report import Report
 
 
 class _LazyConsole:
@@ -70,12 +67,11 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_report(report: Report, verbose: bool = False) -> None:
-    """The report's redacted document as the terminal view: the headline, a line per area, the
-    fix under each problem."""
+def print_report(document: dict[str, Any], verbose: bool = False) -> None:
+    """A report's redacted document (``Report.to_dict``, or read back by ``read_document``) as
+    the terminal view: the headline, a line per area, the fix under each problem."""
     from nccldoctor.views.terminal import render_terminal
 
-    document = report.to_dict()
     stdout.print(render_terminal(document, verbose=verbose, unicode=supports_unicode()))
 
 
@@ -97,14 +93,16 @@ HtmlPath = Annotated[
 NoHtml = Annotated[bool, typer.Option("--no-html", help="Do not write the HTML page.")]
 
 
-def write_page(report: Report, path: Path | None, *, json_out: bool = False) -> Path | None:
-    """Write ``report``'s HTML page to ``path`` (None: --no-html) and print where, as the last
-    line: on stdout, or on stderr when stdout carries the JSON."""
+def write_page(
+    document: dict[str, Any], path: Path | None, *, json_out: bool = False
+) -> Path | None:
+    """Write the HTML page of a report's redacted ``document`` to ``path`` (None: --no-html)
+    and print where, as the last line: on stdout, or on stderr when stdout carries the JSON."""
     if path is None:
         return None
-    from nccldoctor.views.html import render_html
+    from nccldoctor.views.html import render_document_html
 
-    write_text(path, render_html(report))
+    write_text(path, render_document_html(document))
     (stderr if json_out else stdout).print(f"Page: {path}")
     return path
 

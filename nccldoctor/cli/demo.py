@@ -72,7 +72,8 @@ def demo(
             f"The check left no cluster report; node logs: {', '.join(map(str, result.node_logs))}"
         )
         raise typer.Exit(3)
-    print_report(result.report, verbose)
+    document = result.report.to_dict()
+    print_report(document, verbose)
     stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
-    write_page(result.report, page_path(html, no_html, result.report_path.with_suffix(".html")))
+    write_page(document, page_path(html, no_html, result.report_path.with_suffix(".html")))
     raise typer.Exit(result.exit_code)

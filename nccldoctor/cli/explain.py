@@ -65,12 +65,13 @@ def explain(
         },
         extra=extra,
     )
+    document = report.to_dict()
     if json_out:
         # the console's own file: a 64-rank document is large and needs no rich processing
-        print_json(report.to_dict())
+        print_json(document)
     else:
-        print_report(report, verbose)
-    write_page(report, page, json_out=json_out)
+        print_report(document, verbose)
+    write_page(document, page, json_out=json_out)
     raise typer.Exit(report.exit_code)
 
 

@@ -59,5 +59,5 @@ def preflight(
     if json_out:
         print_json(report.to_dict())
     else:
-        print_report(report, verbose)
+        print_report(report.to_dict(), verbose)
     raise typer.Exit(report.exit_code)

@@ -4,7 +4,7 @@ into a cluster report when the master's was lost."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -60,10 +60,16 @@ def show(
 ) -> None:
     """Render a report (several: merged first). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
     from nccldoctor.cluster.diagnosis.merge import merge_reports
+    from nccldoctor.report.load import ReportError, read_document
 
-    loaded = _load(reports)
-    result = loaded[0][1] if len(loaded) == 1 else merge_reports(loaded)
-    _render(result, output, junit, json_out, verbose)
+    if len(reports) > 1:
+        document = merge_reports(_load(reports)).to_dict()
+    else:  # one report: its document as read, without rebuilding a Report from it
+        try:
+            document = read_document(reports[0])
+        except ReportError as exc:
+            raise abort(str(exc)) from None
+    _render(document, output, junit, json_out, verbose)
 
 
 @app.command("merge")
@@ -83,7 +89,7 @@ def merge(
     """Merge per-node reports into one cluster report, naming the nodes whose report is missing."""
     from nccldoctor.cluster.diagnosis.merge import merge_reports
 
-    _render(merge_reports(_load(reports)), output, junit, json_out, verbose)
+    _render(merge_reports(_load(reports)).to_dict(), output, junit, json_out, verbose)
 
 
 def _load(paths: list[Path]) -> list[tuple[str, Report]]:
@@ -96,17 +102,19 @@ def _load(paths: list[Path]) -> list[tuple[str, Report]]:
 
 
 def _render(
-    result: Report, output: Path | None, junit: Path | None, json_out: bool, verbose: bool
+    document: dict[str, Any], output: Path | None, junit: Path | None, json_out: bool, verbose: bool
 ) -> None:
-    from nccldoctor.views.html import render_html
-    from nccldoctor.views.junit import render_junit
+    """Every view of one redacted document, exiting with the code it states."""
+    from nccldoctor.report.document import document_exit_code
+    from nccldoctor.views.html import render_document_html
+    from nccldoctor.views.junit import render_document_junit
 
     if output:
-        write_text(output, render_html(result))
+        write_text(output, render_document_html(document))
     if junit:
-        write_text(junit, render_junit(result))
+        write_text(junit, render_document_junit(document))
     if json_out:
-        print_json(result.to_dict())
+        print_json(document)
     else:
-        print_report(result, verbose)
-    raise typer.Exit(result.exit_code)
+        print_report(document, verbose)
+    raise typer.Exit(document_exit_code(document))

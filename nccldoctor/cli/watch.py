@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from nccldoctor.cli.console import HtmlPath, NoHtml, abort, page_path, stderr, write_page
+from nccldoctor.cli.progress import JobProgress
 from nccldoctor.report import Report, write_report
 
 
@@ -65,10 +66,12 @@ def watch(
     page = page_path(html, no_html, report_path.with_suffix(".html"))
     argv = ["nccldoctor", *sys.argv[1:]]
 
+    shown = JobProgress(stderr.real())  # the job's stdout stays the job's: the line is on stderr
+
     def write(outcome: WatchOutcome, final: bool) -> Report:
         report = watch_report(outcome, argv, out, final=final)
         write_report(report, report_path)
-        stderr.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
+        shown.print(f"nccldoctor: {report.extra['watch']['verdict']} Report: {report_path}")
         return report
 
     node = node_name or socket.gethostname()
@@ -79,11 +82,14 @@ def watch(
         except RendezvousError as exc:
             raise abort(f"cannot meet the other watchers: {exc}", code=3) from exc
     try:
-        outcome = run_watched(
-            WatchConfig(command, out, hang_after, keep_running, peers, node),
-            on_event=lambda msg: stderr.print(f"nccldoctor: {msg}"),
-            on_hang=lambda o: write(o, final=False),
-        )
+        with shown:
+            outcome = run_watched(
+                WatchConfig(command, out, hang_after, keep_running, peers, node),
+                on_event=lambda msg: shown.print(f"nccldoctor: {msg}"),
+                on_hang=lambda o: write(o, final=False),
+                on_status=shown.status,
+                writers=(shown.through(sys.stdout.buffer), shown.through(sys.stderr.buffer)),
+            )
     except FileNotFoundError as exc:
         raise abort(f"cannot run {command[0]!r}: {exc.strerror}", code=2) from exc
     if outcome.hung or outcome.exit_code != 0:
@@ -91,5 +97,6 @@ def watch(
     else:
         final = watch_report(outcome, argv, out)
         write_report(final, report_path)
-    write_page(final, page, json_out=True)  # stdout is the job's: the page's path goes to stderr
+    # stdout is the job's: the page's path goes to stderr
+    write_page(final.to_dict(), page, json_out=True)
     raise typer.Exit(outcome.exit_code)

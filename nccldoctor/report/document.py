@@ -115,6 +115,21 @@ class Report:
         )
 
 
+def document_exit_code(document: dict[str, Any]) -> int:
+    """The exit code a document states (``exit_code``), else the one its ``completed`` and
+    findings give, as :attr:`Report.exit_code` does."""
+    stated = document.get("exit_code")
+    if stated in (EXIT_OK, EXIT_FAIL, EXIT_INCOMPLETE) and not isinstance(stated, bool):
+        return stated
+    if document.get("completed") is False:
+        return EXIT_INCOMPLETE
+    findings = document.get("findings")
+    failed = isinstance(findings, list) and any(
+        isinstance(f, dict) and f.get("severity") == Severity.FAIL.value for f in findings
+    )
+    return EXIT_FAIL if failed else EXIT_OK
+
+
 def with_summaries(
     document: dict[str, Any], facts: list[NodeFacts] | None = None
 ) -> dict[str, Any]:

@@ -8,7 +8,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.report.document import NOTES_KEY, SCHEMA_VERSION, Report, with_summaries
+from nccldoctor.redact import redact_secret_names
+from nccldoctor.report.document import (
+    NOTES_KEY,
+    SCHEMA_VERSION,
+    SUMMARY_KEYS,
+    Report,
+    with_summaries,
+)
 from nccldoctor.report.shape import items, section
 from nccldoctor.units import format_bytes
 
@@ -25,7 +32,8 @@ class ReportError(ValueError):
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
-    """The JSON document in ``path``, checked to be a report of a schema version we read."""
+    """The JSON document in ``path``, checked to be a report of a schema version we read, its
+    secret-named values redacted again (``redact_secret_names``): what the views render."""
     path = Path(path)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -35,6 +43,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
         raise ReportError(f"{path}: not a JSON report: {exc}") from exc
     if not isinstance(document, dict) or "kind" not in document:
         raise ReportError(f"{path}: not a nccldoctor report (no 'kind' key)")
+    redact_secret_names(document)  # before upgrade: rebuilt summaries quote what it leaves
     return upgrade(document, source=str(path))
 
 
@@ -60,6 +69,8 @@ def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:
         )
     if version < 3:
         document = with_summaries(_units_in_names(document))
+    elif any(key not in document for key in SUMMARY_KEYS):  # written by hand or cut short
+        document = with_summaries(document)
     unknown = sorted(str(k) for k in document if k not in known_keys())
     if unknown:
         notes.append(f"keys this nccldoctor does not know, not shown: {', '.join(unknown)}")

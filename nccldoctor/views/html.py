@@ -49,6 +49,7 @@ def _environment(directory: Path) -> Any:
     env.filters.update(
         log_lines=log_lines,
         matrix_rows=matrix_rows,
+        timeline_lanes=timeline_lanes,
         num=number,
     )
     return env
@@ -69,7 +70,7 @@ def log_lines(lines: list[tuple[str, str]]) -> Any:
 
     texts = [line.replace("\n", " ") for _, line in lines]
     escaped = str(escape("\n".join(texts))).split("\n") if texts else []
-    # kind is one of line_kind()'s fixed words, never text from the report.
+    # kind is one of line_kinds()'s fixed words, never text from the report.
     return Markup(
         "".join(
             f'<div class="{kind}">{text}</div>' if kind else f"<div>{text}</div>"
@@ -103,6 +104,34 @@ def matrix_rows(matrix: sections.TransportMatrix) -> Any:
             cells.append(cell)
         rows.append(f"<tr><th>{escape(rank)}</th>{''.join(cells)}</tr>\n")
     return Markup("".join(rows))
+
+
+def timeline_lanes(timeline: charts.Timeline) -> Any:
+    """Each lane's label and bars as SVG, escaped; built here because 64 nodes and 64 ranks
+    make ~1000 bars of seven fields each, most of the page's template time."""
+    from markupsafe import Markup, escape
+
+    left = timeline.plot.left - 8
+    out = []
+    for lane in timeline.lanes:
+        label = escape(lane.label)
+        stuck = (' class="stuck"', " ⚠ stuck") if lane.stuck else ("", "")
+        out.append(
+            f'<text x="{left}" y="{lane.y + 12}" text-anchor="end"{stuck[0]}>{label}{stuck[1]}</text>\n'
+        )
+        for bar in lane.bars:
+            # status is a phase status word from the report: escaped like every other field
+            out.append(
+                f'<rect class="{escape(bar.status)}" x="{bar.x:.1f}" y="{lane.y + 2}" '
+                f'width="{bar.width:.1f}" height="14"><title>{label} · {escape(bar.label)}'
+                "</title></rect>"
+            )
+            if bar.width > len(bar.phase) * 6 + 6:
+                out.append(
+                    f'<text class="barlabel" x="{bar.x + 3:.1f}" y="{lane.y + 13}">'
+                    f"{escape(bar.phase)}</text>"
+                )
+    return Markup("".join(out))
 
 
 def _csp_hash(text: str) -> str:

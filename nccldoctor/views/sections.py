@@ -13,7 +13,7 @@ from typing import Any
 
 from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
-from nccldoctor.report.logs import line_kind
+from nccldoctor.report.logs import line_kinds
 from nccldoctor.report.shape import items, section, values
 from nccldoctor.units import (
     UNKNOWN,
@@ -285,7 +285,7 @@ def rank_logs(document: dict[str, Any]) -> list[RankLog]:
     logs = []
     for entry in sorted(items(document.get("ranks")), key=lambda e: str(e.get("rank")).zfill(6)):
         raw = [str(line) for line in values(entry.get("last_nccl_lines"))]
-        lines = [(line_kind(line), line) for line in raw]
+        lines = list(zip(line_kinds(raw), raw, strict=True))
         warnings = [line for kind, line in lines if kind == "warn"]
         summary = ", ".join(
             part

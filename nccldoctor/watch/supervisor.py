@@ -1,8 +1,10 @@
 """Run the user's command exactly as they would, watch it from outside, report a hang or crash.
 
 The command's stdin is inherited; its stdout and stderr are copied through byte for byte (so the
-watcher sees output move); its exit code is returned unchanged. The watcher's own loop wakes once
-a second and reads a few /proc files, so an idle watch costs well under 1% of a core.
+watcher sees output move; the caller may pass the writers, to keep a live line below them); its
+exit code is returned unchanged. The watcher's own loop wakes once a second, reads a few /proc
+files and the ranks' announcements, and says what it saw (``JobStatus``), so an idle watch costs
+well under 1% of a core.
 """
 
 from __future__ import annotations
@@ -44,6 +46,22 @@ class WatchConfig:
     node: str | None = None  # how the report names this node (default: the hostname)
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """What the watcher saw of the job at one look: ``phase`` is ``running``, ``quiet`` (no
+    progress for half of ``hang_after_s``) or ``hung``; ``ranks`` the processes that announced
+    a rank (the injected sitecustomize's ``proc.<pid>.json``)."""
+
+    phase: str
+    elapsed_s: float
+    idle_s: float
+    hang_after_s: float
+    ranks: int
+
+
+Writer = Callable[[bytes], None]
+
+
 @dataclass
 class WatchOutcome:
     exit_code: int  # the job's own code; 3 when the watcher ended a hung job
@@ -71,15 +89,14 @@ def job_env(user_env: dict[str, str], watch_dir: Path, node: str | None = None) 
 class _Pump(threading.Thread):
     """Copies one of the job's streams to ours, counting bytes and keeping the last lines."""
 
-    def __init__(self, source: BinaryIO, sink: BinaryIO, tail: deque[str]) -> None:
+    def __init__(self, source: BinaryIO, write: Writer, tail: deque[str]) -> None:
         super().__init__(daemon=True)
-        self.source, self.sink, self.tail, self.bytes = source, sink, tail, 0
+        self.source, self.write, self.tail, self.bytes = source, write, tail, 0
 
     def run(self) -> None:
         partial = b""
         while chunk := self.source.read1(65536):
-            self.sink.write(chunk)
-            self.sink.flush()
+            self.write(chunk)
             self.bytes += len(chunk)
             *lines, partial = (partial + chunk).split(b"\n")
             self.tail.extend(ln.decode("utf-8", errors="replace") for ln in lines)
@@ -90,8 +107,12 @@ def run_watched(
     config: WatchConfig,
     on_event: Callable[[str], None] = lambda _: None,
     on_hang: Callable[[WatchOutcome], None] = lambda _: None,
+    on_status: Callable[[JobStatus], None] = lambda _: None,
+    writers: tuple[Writer, Writer] | None = None,
 ) -> WatchOutcome:
-    """Run the job to its end (or until it hangs and is ended); ``on_hang`` sees a hang at once."""
+    """Run the job to its end (or until it hangs and is ended); ``on_hang`` sees a hang at once,
+    ``on_status`` each look at the job; ``writers`` take the job's stdout and stderr bytes
+    (default: ours, flushed at each chunk)."""
     watch_dir = config.out_dir
     watch_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -103,9 +124,10 @@ def run_watched(
         start_new_session=True,  # the whole job can be signalled as one process group
     )
     tail: deque[str] = deque(maxlen=50)
+    out, err = writers or (_writer(sys.stdout.buffer), _writer(sys.stderr.buffer))
     pumps = [
-        _Pump(job.stdout, sys.stdout.buffer, tail),  # type: ignore[arg-type]
-        _Pump(job.stderr, sys.stderr.buffer, tail),  # type: ignore[arg-type]
+        _Pump(job.stdout, out, tail),  # type: ignore[arg-type]
+        _Pump(job.stderr, err, tail),  # type: ignore[arg-type]
     ]
     for pump in pumps:
         pump.start()
@@ -117,6 +139,8 @@ def run_watched(
             now = time.monotonic()
             tracker.observe(_sample(job.pid, watch_dir, now, sum(p.bytes for p in pumps)))
             idle = tracker.job_idle_for(now)
+            ranks = sum(p.rank is not None for p in known_processes(watch_dir).values())
+            on_status(_status(config, outcome, now - started, idle, ranks))
             if outcome is None and _hang_seen(config, idle):
                 on_event(f"no progress for {idle:.0f} s: collecting stacks and Flight Recorder")
                 outcome = WatchOutcome(3, True, False, idle, _hang_evidence(config, watch_dir))
@@ -141,6 +165,23 @@ def run_watched(
     outcome.output_tail = list(tail)
     outcome.duration_s = time.monotonic() - started
     return outcome
+
+
+def _writer(sink: BinaryIO) -> Writer:
+    def write(data: bytes) -> None:
+        sink.write(data)
+        sink.flush()
+
+    return write
+
+
+def _status(
+    config: WatchConfig, outcome: WatchOutcome | None, elapsed: float, idle: float, ranks: int
+) -> JobStatus:
+    hung = outcome is not None and outcome.hung
+    quiet = idle >= config.hang_after_s / 2
+    phase = "hung" if hung else "quiet" if quiet else "running"
+    return JobStatus(phase, elapsed, idle, config.hang_after_s, ranks)
 
 
 def _hang_seen(config: WatchConfig, idle_s: float) -> bool:

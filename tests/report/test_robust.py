@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import copy
 import io
+import json
+import tempfile
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
 from nccldoctor.report.answer import answer, banner
-from nccldoctor.report.load import ReportError, report_from_document
+from nccldoctor.report.load import ReportError, read_document, report_from_document
 from nccldoctor.views.html import render_document_html, render_html
 from nccldoctor.views.junit import render_document_junit, render_junit
 from nccldoctor.views.terminal import render_terminal
@@ -67,9 +70,21 @@ def test_any_section_value_renders(base: str, changes: dict) -> None:
     ),
 )
 def test_the_report_command_path_renders_or_refuses_clearly(base: str, changes: dict) -> None:
-    """What `nccldoctor report` does: rebuild the Report (or a clear ReportError), then render."""
+    """What `nccldoctor report` does with one file: read it (or a clear ReportError), render
+    the document as read; with several (merge): rebuild each Report, render its document."""
     document = copy.deepcopy(BASE[base])
     document.update(changes)
+    with tempfile.TemporaryDirectory() as tmp:  # a hypothesis example is not a pytest test
+        path = Path(tmp) / "run.json"
+        path.write_text(json.dumps(document))
+        try:
+            read = read_document(path)
+        except ReportError:
+            read = None
+    if read is not None:
+        assert render_document_html(read).startswith("<!doctype html>")
+        ET.fromstring(render_document_junit(read))
+        Console(file=io.StringIO()).print(render_terminal(read, verbose=True))
     try:
         report = report_from_document(document)
     except ReportError:

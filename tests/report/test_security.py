@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from nccldoctor.cli.app import app
 from nccldoctor.redact import REDACTED, redact_env, redact_text
 from nccldoctor.views.html import render_html
 from nccldoctor.views.junit import render_junit
@@ -100,8 +104,53 @@ def test_no_secret_reaches_the_terminal(capsys: pytest.CaptureFixture[str]) -> N
     every other view renders it, not the object with the secrets still in it."""
     from nccldoctor.cli.console import print_report
 
-    print_report(hostile(), verbose=True)
+    print_report(hostile().to_dict(), verbose=True)
     out = capsys.readouterr().out
     assert f"WANDB_API_KEY={REDACTED}" in out and f"https://{REDACTED}@pypi.example.org" in out
     for secret in SECRET_VALUES:
         assert secret not in out
+
+
+def _mappings(value: Any) -> list[dict[str, Any]]:
+    """Every mapping in parsed JSON, at any depth."""
+    found = []
+    if isinstance(value, dict):
+        found.append(value)
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            found += _mappings(item)
+    return found
+
+
+@pytest.mark.invalid_reports  # the planted keys are in no schema
+def test_a_document_read_back_shows_no_secret_named_value_in_any_view(tmp_path: Path) -> None:
+    """`nccldoctor report FILE` renders the file's document without rebuilding a Report, so its
+    redaction is the loader's: a secret-named variable planted in every mapping of a document
+    (as a writer that did not count the name as secret would leave it) reaches no view."""
+    document = hostile().to_dict()
+    planted = {}
+    for index, mapping in enumerate(_mappings(document)):
+        planted[f"PLANTED_{index}_TOKEN"] = f"plantedSecretValue{index}x"
+        mapping[f"PLANTED_{index}_TOKEN"] = planted[f"PLANTED_{index}_TOKEN"]
+    variables = document["nodes"][0]["env"]["variables"]
+    variables.update(SECRETS)  # the values as they were, before any redaction
+    variables["NCCL_SHOWN"] = "visibleValue123"  # the page shows this mapping, so it could leak
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(document))
+    page, junit = tmp_path / "report.html", tmp_path / "junit.xml"
+    shown = CliRunner().invoke(app, ["report", str(path), "-o", str(page), "--junit", str(junit)])
+    as_json = CliRunner().invoke(app, ["report", str(path), "--json"])
+    outputs = {
+        "html": page.read_text(),
+        "junit": junit.read_text(),
+        "terminal": shown.stdout,
+        "json": as_json.stdout,
+    }
+    assert "visibleValue123" in outputs["html"]
+    assert len(planted) > 80  # the nodes' facts, the findings, ranks, phases, summaries ...
+    for form, text in outputs.items():
+        for secret in (*planted.values(), *SECRETS.values()):
+            assert secret not in text, (form, secret)
+    variables = json.loads(as_json.stdout)["nodes"][0]["env"]["variables"]
+    assert {name: variables[name] for name in SECRETS} == dict.fromkeys(SECRETS, REDACTED)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -71,6 +72,18 @@ class World:
         return cls(**data)
 
 
+@dataclass(frozen=True)
+class Joined:
+    """A progress event of the master's join window: ``nodes`` have taken a slot, the master
+    counted, of ``expected`` (None: the window closes at a quiet moment)."""
+
+    nodes: int
+    expected: int | None
+
+    def __str__(self) -> str:
+        return f"nodes {self.nodes}{'' if self.expected is None else f'/{self.expected}'} joined"
+
+
 class Keys:
     """The store keys of one run."""
 
@@ -103,14 +116,22 @@ def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:
 
 
 def gather_entries(
-    store: Any, keys: Keys, expected: int | None, deadline: float, settle_s: float
+    store: Any,
+    keys: Keys,
+    expected: int | None,
+    deadline: float,
+    settle_s: float,
+    on_join: Callable[[int], None] = lambda nodes: None,
 ) -> list[NodeEntry]:
-    """The master's join window: until ``expected`` nodes, the deadline, or a quiet ``settle_s``."""
+    """The master's join window: until ``expected`` nodes, the deadline, or a quiet ``settle_s``;
+    ``on_join`` hears how many nodes are in (the master counted) each time that changes."""
     joined, changed = 0, time.monotonic()
+    on_join(1)
     while True:
         now = int(store.add(keys.count, 0))
         if now != joined:
             joined, changed = now, time.monotonic()
+            on_join(joined + 1)
         if expected is not None and joined + 1 >= expected:
             break
         if expected is None and joined >= 1 and time.monotonic() - changed >= settle_s:

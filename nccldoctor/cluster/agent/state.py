@@ -16,7 +16,8 @@ from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 
-Progress = Callable[[str], None]
+# What the agent tells its caller as it runs: a phase's lines, and nodes joining on the master.
+Progress = Callable[[str | rendezvous.Joined], None]
 
 
 class PhaseFailed(Exception):

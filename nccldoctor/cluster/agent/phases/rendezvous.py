@@ -32,7 +32,14 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         )
     slot = rendezvous.publish_entry(state.store, state.keys, entry)
     if run.is_master:
-        entries = rendezvous.gather_entries(state.store, state.keys, c.nodes, deadline, t.settle)
+        entries = rendezvous.gather_entries(
+            state.store,
+            state.keys,
+            c.nodes,
+            deadline,
+            t.settle,
+            on_join=lambda nodes: state.progress(rendezvous.Joined(nodes, c.nodes)),
+        )
         world = rendezvous.plan_world(run.run_id, c.backend, entries, c.nodes)
         state.store.set(state.keys.world, world.to_json())
         state.entries = entries
