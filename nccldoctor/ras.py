@@ -208,15 +208,36 @@ _DIAG_DONE = re.compile(
     r"(?P<across>ranks|RAS peers)"
 )
 # RAS_DIAG_TAG_OK "[OK]   ", RAS_DIAG_TAG_INFO "[INFO] ", then "<check>: <message>" mostly
-_DIAG_RESULT = re.compile(r"\[(?P<tag>OK|INFO)\]\s+(?:(?P<check>[^:]+): )?(?P<message>.*)$")
+_DIAG_RESULT = re.compile(r"\[(?P<tag>OK|INFO)\]\s+(?P<rest>.*)$")
+_CHECK = re.compile(r"(?P<check>[^:]+): (?P<message>.*)$")
+# 2.32's lines that do not start "<check>: ": an Xid or SXid event (diagnostics_xid.cc) and a
+# NIC's line "Net device NAME:PORT: …" (diagnostics_net.cc)
+_XID_EVENT = re.compile(r"S?Xid \d")
+_NET_DEVICE = "Net device "
+
+
+def _check_message(rest: str) -> tuple[str, str]:
+    """The check a result line names, and its message."""
+    if _XID_EVENT.match(rest):
+        return "Xid/SXid", rest
+    if rest.startswith(_NET_DEVICE) and not rest.startswith(_NET_DEVICE.rstrip() + ":"):
+        return _NET_DEVICE.rstrip(), rest[len(_NET_DEVICE) :]
+    m = _CHECK.match(rest)
+    return (m["check"].strip(), m["message"]) if m else ("", rest)
 # client.cc, a second on-demand request while one runs
 _DIAG_BUSY = "BUSY: diagnostics already in progress"
 # diagnostics_checks_common.cc rasDiagnosticsFormatRankSet: "{0,1,2}", or past
 # RAS_DIAG_RANK_SET_MAX (8) ranks "{0,1,...,7,...} (N=12)"
-_RANKS = r"rank\(s\) \{(?P<ranks>[\d,]*?)(?:,\.\.\.\} \(N=(?P<total>\d+)\)|\})"
+_SET = r"\{(?P<ranks>[\d,]*?)(?:,\.\.\.\} \(N=(?P<total>\d+)\)|\})"
+_RANKS = rf"rank\(s\) {_SET}"
 _COMM = r"in comm 0x(?P<comm>[0-9a-f]+)"
 _ACROSS = rf"across (?P<n>\d+) ranks {_COMM}"
 _REF = r"differ from rank (?P<ref>\d+)"
+# diagnostics_net.cc rasDiagnosticsNetFormatProps; speed is the port rate in Mbps (400000: NDR)
+_NET_PROPS = (
+    r"net device type=(?P<type>[^,]+), speed=(?P<speed>-?\d+) Mbps, link layer=(?P<link>[^,]+)"
+    r"(?P<data_direct>, Data Direct)?, state=(?P<port_state>[^/]+)/(?P<phys_state>[^),]+)"
+)
 
 # (check, kind, message pattern): the rasDiagnosticsReport formats of NCCL 2.31.2 src/ras/
 # diagnostics_gpu.cc (GPU inventory, CUDA driver version, ECC, NVLink), diagnostics_env.cc (NCCL
@@ -264,7 +285,7 @@ _DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
          r"comparison may be partial$"),
         (None, "incomplete",
          r"diagnostics incomplete, gathered (?P<gathered>\d+)/(?P<n>\d+) ranks in comm "
-         r"0x(?P<comm>[0-9a-f]+)/0x[0-9a-f]+/0x[0-9a-f]+ \(RAS overlay may not be ready\)$"),
+         r"0x(?P<comm>[0-9a-f]+)/0x[0-9a-f]+/0x[0-9a-f]+(?: \(RAS overlay may not be ready\))?$"),
         ("p2p", "verified",
          r"all (?P<passed>\d+) directed GPU P2P edges verified"
          r"(?: \(skipped indirect=(?P<skipped>\d+)\))?$"),
@@ -276,6 +297,129 @@ _DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
          r"srcNvmlDev=-?\d+ dstRank=(?P<dst>\d+) dstCudaDev=(?P<dst_dev>-?\d+) dstNvmlDev=-?\d+ "
          r"path=(?P<path>\S+) handle=(?P<handle>\S+)(?P<detail>.*)$"),
         ("p2p", "returned", r"(?:active )?check returned (?P<code>-?\d+)$"),
+        # 2.32.3 (commit 12df1a1) adds the checks below. diagnostics_checks_common.cc: a check
+        # that could not gather every rank no longer ends "(RAS overlay may not be ready)" (the
+        # row above reads both), and a topology not yet built is its own line.
+        (None, "topology-not-ready",
+         rf"incomplete for comm 0x(?P<comm>[0-9a-f]+): topology-dependent data was unavailable "
+         r"for (?P<unavailable>\d+) of (?P<n>\d+) ranks$"),
+        # diagnostics_xid.cc: one line per host and event (the check's name is not printed on
+        # an event's line: _diag_result names it), [OK] where NVIDIA's catalogue asks nothing
+        ("Xid/SXid", "sxid",
+         r"SXid (?P<code>\d+) detected (?P<at_least>at least )?(?P<count>\d+) times? \(NVSwitch "
+         r"driver reported (?P<class>Fatal|Non-fatal|classification unavailable), link\(s\) "
+         r"\{(?P<links>[\d,]*)\}\) on host (?P<host>\S+)\. (?P<advice>.*)$"),
+        ("Xid/SXid", "xid",
+         r"Xid (?P<code>\d+) detected (?P<at_least>at least )?(?P<count>\d+) times? on host "
+         r"(?P<host>\S+)\. (?P<advice>.*)$"),
+        ("Xid/SXid", "no-source", r"no kernel-log source was available on host (?P<host>\S+)$"),
+        ("Xid/SXid", "truncated", r"recent-event scan was truncated on host (?P<host>\S+)$"),
+        ("Xid/SXid", "clean",
+         r"no events requiring immediate attention across (?P<hosts>\d+) hosts?$"),
+        # diagnostics_pci.cc: rdma_topo (ConnectX DMA Direct topology), then, where it gave no
+        # conclusive answer, IOMMU mode and groups and ATS of each GPU/NIC pair NCCL uses
+        ("rdma_topo check", "passed",
+         rf"passed on (?P<ranks_ok>\d+)/(?P<n>\d+) ranks {_COMM}$"),
+        ("rdma_topo check", "failed",
+         rf"failed on {_RANKS} across (?P<ran>\d+)/(?P<n>\d+) ranks {_COMM}; first rank "
+         r"(?P<first>\d+) exit (?P<exit>-?\d+): (?P<sample>.*)$"),
+        ("rdma_topo check", "not-usable",
+         rf"not usable on (?P<unusable>\d+)/(?P<n>\d+) ranks {_COMM} \((?P<reason>[^)]*)\)$"),
+        ("rdma_topo check", "mixed",
+         rf"mixed results {_ACROSS} \(conclusive=(?P<conclusive>\d+) "
+         r"not-usable=(?P<unusable>\d+)\)$"),
+        ("IOMMU mode", "mode",
+         rf"(?P<mode>disabled|passthrough|enabled \(DMA remapping\)) for (?P<devices>\d+) "
+         rf"relevant device\(s\) across (?P<ranks_ok>\d+)/(?P<n>\d+) ranks {_COMM}$"),
+        ("IOMMU mode", "mixed",
+         rf"(?P<result>unavailable|incomplete|mismatch) across (?P<devices>\d+) relevant "
+         rf"device\(s\) on (?P<ranks_ok>\d+)/(?P<n>\d+) ranks {_COMM}$"),
+        ("IOMMU mode", "mode-devices",
+         r"(?P<mode>disabled|passthrough|enabled \(DMA remapping\)|unavailable) on "
+         rf"(?P<devices>\d+) device\(s\); first rank (?P<first>\d+) device (?P<bdf>\S+) {_COMM}$"),
+        ("IOMMU mode", "unidentified",
+         rf"unable to identify relevant GPU/NIC pairs on (?P<unusable>\d+)/(?P<n>\d+) ranks "
+         rf"{_COMM}$"),
+        ("IOMMU groups", "differ",
+         rf"GPU and NIC groups differ on (?P<pairs>\d+) pair\(s\) {_COMM}; first rank "
+         r"(?P<first>\d+) GPU group (?P<gpu_group>-?\d+) NIC (?P<bdf>\S+) group "
+         r"(?P<nic_group>-?\d+)$"),
+        ("IOMMU groups", "match",
+         rf"GPU and NIC groups match on (?P<pairs>\d+) pair\(s\) across (?P<ranks_ok>\d+)/"
+         rf"(?P<n>\d+) ranks {_COMM}$"),
+        ("IOMMU groups", "unavailable",
+         rf"comparison unavailable on (?P<pairs>\d+) GPU/NIC pair\(s\) {_COMM}$"),
+        ("IOMMU groups", "unavailable-first",
+         rf"unavailable on (?P<pairs>\d+) pair\(s\) {_COMM}; first rank (?P<first>\d+) GPU "
+         r"group (?P<gpu_group>-?\d+) NIC (?P<bdf>\S+) group (?P<nic_group>-?\d+)$"),
+        ("ATS state", "enabled",
+         rf"enabled on (?P<pairs>\d+) rank/NIC pair\(s\) {_ACROSS}$"),
+        ("ATS state", "enabled-partial",
+         rf"enabled on (?P<pairs>\d+) rank/NIC pair\(s\) across (?P<ranks_ok>\d+)/(?P<n>\d+) "
+         rf"ranks {_COMM}$"),
+        ("ATS state", "disabled",
+         rf"disabled on (?P<pairs>\d+) rank/NIC pair\(s\) across (?P<affected>\d+)/(?P<n>\d+) "
+         rf"ranks {_COMM}$"),
+        ("ATS state", "disabled-first",
+         rf"ATSCtl disabled on (?P<pairs>\d+) rank/NIC pair\(s\) {_COMM}; first rank "
+         r"(?P<first>\d+) NIC (?P<bdf>\S+)$"),
+        ("ATS state", "needs-root",
+         rf"PCIe capabilities (?:require root access|inaccessible) on (?P<pairs>\d+) rank/NIC "
+         rf"pair\(s\) (?:across (?P<affected>\d+)/(?P<n>\d+) ranks )?{_COMM}"
+         r"(?:; first rank (?P<first>\d+) NIC (?P<bdf>\S+))?$"),
+        ("ATS state", "unavailable",
+         rf"(?:ATSCtl )?unavailable (?:on (?P<pairs>\d+) rank/NIC pair\(s\) |across "
+         rf"(?P<affected>\d+)/(?P<n>\d+) ranks ){_COMM}(?:; first rank (?P<first>\d+) NIC "
+         r"(?P<bdf>\S+))?$"),
+        ("ATS state", "not-inspected",
+         rf"(?:lspci (?P<lspci>unavailable|output truncated)|network device selection "
+         rf"(?P<selection>truncated|incomplete)) on {_RANKS} {_COMM}$"),
+        ("ATS state", "unidentified",
+         rf"unable to identify relevant NICs on (?P<unusable>\d+)(?:/(?P<n>\d+))? rank\(?s\)? "
+         rf"{_COMM}$"),
+        # diagnostics_paths.cc: the PATH_* types the ranks use to reach their peers, "NAME" when
+        # every rank uses it, "NAME(present/total)" when only some do
+        ("Paths", "gpu-missing",
+         r"could not locate the rank's own GPU in the topology, so its paths are unknown -- "
+         rf"{_SET} {_COMM}$"),
+        ("Paths", "types", rf"(?P<types>[A-Za-z0-9()/+]+) {_ACROSS}$"),
+        # diagnostics_net.cc: each NIC (name:port) compared across nodes, then within each node;
+        # its properties "net device type=T, speed=S Mbps, link layer=L[, Data Direct],
+        # state=PORT/PHYS"
+        ("Net device", "differ",
+         rf"(?P<device>\S+:\d+): {_RANKS} {_REF} \({_NET_PROPS}\) across (?P<reporting>\d+) of "
+         rf"(?P<expected>\d+) nodes {_COMM}$"),
+        ("Net device", "missing",
+         rf"(?P<device>\S+:\d+): reported on only (?P<reporting>\d+) of (?P<expected>\d+) nodes "
+         rf"{_COMM} \(device may be missing on some nodes\)(?P<note>.*)$"),
+        ("Net device", "consistent",
+         rf"(?P<device>\S+:\d+): {_NET_PROPS} across (?P<reporting>\d+) nodes {_COMM}"
+         r"(?: \((?P<note>port is not active|some port attributes unavailable)\))?$"),
+        ("Net device", "node-differs",
+         rf"NIC configuration \(device type, speed, link layer, port state or Data Direct use\) "
+         rf"differs within (?P<differ>\d+) of (?P<nodes>\d+) nodes {_COMM}$"),
+        ("Net device", "node-consistent",
+         rf"NIC configuration consistent within each node across (?P<nodes>\d+) nodes {_COMM}$"),
+        ("Net device", "skipped",
+         rf"(?P<state>skipped|not inspected) across (?P<n>\d+) ranks {_COMM} \((?P<reason>.*)\)$"),
+        # src/diagnostics/ib_write_bw.cc (NCCL_RUN_DIAGNOSTICS): ib_write_bw between node pairs,
+        # printed by rank 0 (the summary, each rank >30% off the median) or by the pair's rank
+        ("net bw", "stats",
+         r"(?P<min>\d+(?:\.\d+)?)/(?P<median>\d+(?:\.\d+)?)/(?P<max>\d+(?:\.\d+)?) Gbit/s "
+         r"min/median/max (?P<mode>same-nic|cross-nic) bw \(across (?P<measured>\d+) ranks\) "
+         rf"{_COMM}$"),
+        ("net bw", "outlier",
+         r"(?P<mode>same-nic|cross-nic) rank (?P<rank>\d+) \((?P<host>[^)]*)\): "
+         r"(?P<gbits>\d+(?:\.\d+)?) Gbit/s, >30% off median (?P<median>\d+(?:\.\d+)?) Gbit/s "
+         rf"{_COMM}$"),
+        ("net bw", "more-outliers",
+         rf"(?P<mode>same-nic|cross-nic): (?P<more>\d+) more ranks >30% off median {_COMM}$"),
+        ("net bw", "pair-failed",
+         r"mode=(?P<mode>same|cross) server_rank=(?P<src>\d+) server_host=(?P<server_host>\S*) "
+         r"server_device=(?P<server_device>\S*) client_rank=(?P<dst>\d+) "
+         r"client_host=(?P<client_host>\S*) client_device=(?P<client_device>\S*) "
+         rf"(?:memory=(?P<memory>\S+) )?(?P<failure>.+?) {_COMM}$"),
+        ("net bw", "not-run", rf"(?P<failure>.+?) {_COMM}$"),
     )
 )  # fmt: skip
 
@@ -342,9 +486,10 @@ class _DiagReader:
             report.completed_ms = float(done["ms"])
             report.completed_across, report.across = int(done["n"]), done["across"]
         elif res := _DIAG_RESULT.match(body):
-            result = _diag_result(res["tag"], (res["check"] or "").strip(), res["message"])
+            result = _diag_result(res["tag"], *_check_message(res["rest"]))
+            # the active checks (src/diagnostics) print without a report's header when cut
             report = self.open.get(who) or self._start(
-                who, "active" if result.check == "p2p" else "ras"
+                who, "active" if result.check in ("p2p", "net bw") else "ras"
             )
             last = report.results[-1] if report.results else None
             # diagnostics_env.cc prints each variable's values right after its mismatch line
