@@ -224,6 +224,8 @@ def _check_message(rest: str) -> tuple[str, str]:
         return _NET_DEVICE.rstrip(), rest[len(_NET_DEVICE) :]
     m = _CHECK.match(rest)
     return (m["check"].strip(), m["message"]) if m else ("", rest)
+
+
 # client.cc, a second on-demand request while one runs
 _DIAG_BUSY = "BUSY: diagnostics already in progress"
 # diagnostics_checks_common.cc rasDiagnosticsFormatRankSet: "{0,1,2}", or past
@@ -301,7 +303,7 @@ _DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
         # that could not gather every rank no longer ends "(RAS overlay may not be ready)" (the
         # row above reads both), and a topology not yet built is its own line.
         (None, "topology-not-ready",
-         rf"incomplete for comm 0x(?P<comm>[0-9a-f]+): topology-dependent data was unavailable "
+         r"incomplete for comm 0x(?P<comm>[0-9a-f]+): topology-dependent data was unavailable "
          r"for (?P<unavailable>\d+) of (?P<n>\d+) ranks$"),
         # diagnostics_xid.cc: one line per host and event (the check's name is not printed on
         # an event's line: _diag_result names it), [OK] where NVIDIA's catalogue asks nothing
