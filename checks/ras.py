@@ -202,20 +202,34 @@ def _diag_problems(
     severities: dict[str, Severity],
     title: Callable[[DiagResult], str],
     fix: str,
+    judge: Callable[[DiagResult], Severity | None] | None = None,
 ) -> Iterator[Problem]:
+    """One problem per result of ``check`` whose kind ``severities`` names, at that severity, or
+    at what ``judge`` says of the line (None: nothing to act on)."""
     for report, diag, r in _diag(reading, check, severities):
-        named = r.ranks or [int(v) for k in ("src", "dst") if (v := r.values.get(k))]
+        severity = judge(r) if judge else severities[r.kind or ""]
+        if severity is None:
+            continue
+        named = r.ranks or [
+            int(v) for k in ("src", "dst", "rank", "first") if (v := r.values.get(k))
+        ]
         # where the named ranks ran, from the same ticket's NCCL logs: the RAS checks are printed
         # by the requesting process, not on the ranks' nodes; P2P edges by the node they are on
         hosts = [(n, h) for n in named[:8] if (h := reading.host(r.comm_hash, n))]
         evidence = _diag_evidence(report, diag, r)
         evidence += [f"rank {n} ran on {h} (its NCCL log)" for n, h in hosts]
+        # a host the line itself names (Xid scans, net bw) is where the problem is
+        here = (
+            r.values.get("host")
+            or r.values.get("client_host")
+            or (diag.host if r.check == "p2p" else None)
+        )
         yield Problem(
-            severities[r.kind or ""],
+            severity,
             title(r),
             evidence[:MAX_EVIDENCE],
             fix=fix,
-            node=hosts[0][1] if hosts else (diag.host if r.check == "p2p" else None),
+            node=hosts[0][1] if hosts else here,
             rank=named[0] if named else None,
         )
 
@@ -357,6 +371,11 @@ def diag_incomplete(reading: RasReading) -> Iterator[Problem]:
     def title(r: DiagResult) -> str:
         if r.kind == "returned":
             return f"NCCL DIAG: the {r.check} check returned NCCL error {r.values['code']}"
+        if r.kind == "topology-not-ready":
+            return (
+                f"NCCL DIAG: the {r.check} check had no topology for {r.values['unavailable']} "
+                f"of {r.values['n']} ranks of {_in(r)}"
+            )
         return (
             f"NCCL DIAG: the {r.check} check gathered {r.values['gathered']} of "
             f"{r.values['n']} ranks of {_in(r)}"
@@ -365,9 +384,287 @@ def diag_incomplete(reading: RasReading) -> Iterator[Problem]:
     return _diag_problems(
         reading,
         None,
-        {"incomplete": Severity.WARN, "returned": Severity.WARN},
+        {
+            "incomplete": Severity.WARN,
+            "returned": Severity.WARN,
+            "topology-not-ready": Severity.WARN,
+        },
         title,
         "Run `ncclras -D` again once every rank has finished init (the RAS network may not have\n"
         "formed yet); ranks that stay missing are stopped or unreachable, and plain `ncclras`\n"
         "names them.",
+    )
+
+
+# ---- NCCL 2.32's host and fabric checks ---------------------------------------------------------
+
+# Xids that mean the GPU itself is failing whatever NVIDIA's catalogue advises for the job: double
+# bit ECC (48), NVLink error (74), fallen off the bus (79), uncontained ECC (95)
+_XID_FATAL = {48, 74, 79, 95}
+
+
+def _xid_severity(r: DiagResult) -> Severity | None:
+    if r.tag == "OK":  # NCCL prints [OK] where the catalogue asks no action
+        return None
+    v = r.values
+    fatal = (
+        v.get("class") == "Fatal"
+        or "resetting the affected GPU" in v.get("advice", "")
+        or (r.kind == "xid" and int(v["code"]) in _XID_FATAL)
+    )
+    return Severity.FAIL if fatal else Severity.WARN
+
+
+@check("ras.diag-xid", area="ras", category="cuda_error", scope="ras")
+def diag_xid(reading: RasReading) -> Iterator[Problem]:
+    """The kernel log of a job's host holds Xid (GPU) or SXid (NVSwitch) errors.
+
+    NCCL 2.32+ scans each host's kernel log (``/dev/kmsg``, ``dmesg``, ``/var/log``) for events
+    since RAS started and prints one line per host and event with NVIDIA's advice."""
+
+    def title(r: DiagResult) -> str:
+        v = r.values
+        times = f"{v.get('at_least', '')}{v['count']} time(s)"
+        if r.kind == "sxid":
+            return (
+                f"NCCL DIAG: SXid {v['code']} ({v['class']}) on NVSwitch link(s) {{{v['links']}}} "
+                f"of host {v['host']}, {times}"
+            )
+        return f"NCCL DIAG: Xid {v['code']} on host {v['host']}, {times}"
+
+    return _diag_problems(
+        reading,
+        "Xid/SXid",
+        {"xid": Severity.WARN, "sxid": Severity.WARN},
+        title,
+        "On the host: `dmesg -T | grep -E 'S?Xid'` shows each event with the GPU's PCI address\n"
+        "(`nvidia-smi -q | grep -i -e 'Bus Id' -e 'Minor'` maps it to a GPU). NCCL's line ends\n"
+        "with NVIDIA's advice (evidence): restart the job, or drain the node and reset the GPU\n"
+        "(`nvidia-smi -r -i GPU`) where it says so; Xid 79 or 48, or SXids that return, mean\n"
+        "the GPU or NVSwitch needs service. Fabric Manager logs SXids: /var/log/fabricmanager.log.",
+        judge=_xid_severity,
+    )
+
+
+def _iommu_severity(r: DiagResult) -> Severity | None:
+    enabled = r.values.get("mode", "").startswith("enabled")
+    return Severity.WARN if r.kind == "differ" or enabled else None
+
+
+@check("ras.diag-iommu", area="ras", category="p2p_error", scope="ras")
+def diag_iommu(reading: RasReading) -> Iterator[Problem]:
+    """The IOMMU translates the DMA between the GPUs and NICs a communicator uses.
+
+    NCCL 2.32+ reads the IOMMU group and its type (``identity``: passthrough, ``DMA``: remapping)
+    of each GPU/NIC pair when ``rdma_topo`` gave no answer. With remapping every GPUDirect RDMA
+    and P2P transfer goes through the IOMMU: slow, or failing where the NIC cannot use ATS."""
+
+    def title(r: DiagResult) -> str:
+        v = r.values
+        if r.kind == "differ":
+            return (
+                f"NCCL DIAG: GPU and NIC are in different IOMMU groups on {v['pairs']} pair(s) "
+                f"of {_in(r)} (rank {v['first']}: GPU group {v['gpu_group']}, NIC {v['bdf']} "
+                f"group {v['nic_group']})"
+            )
+        if r.kind == "mode-devices":
+            return (
+                f"NCCL DIAG: IOMMU DMA remapping on {v['devices']} GPU/NIC device(s) of {_in(r)} "
+                f"(rank {v['first']}, device {v['bdf']})"
+            )
+        return f"NCCL DIAG: IOMMU DMA remapping on the GPUs and NICs of {_in(r)}"
+
+    return _diag_problems(
+        reading,
+        None,
+        {"mode": Severity.WARN, "mode-devices": Severity.WARN, "differ": Severity.WARN},
+        title,
+        "On each named node: `cat /sys/kernel/iommu_groups/*/type` (DMA or DMA-FQ: remapping).\n"
+        "For GPUDirect, boot with the IOMMU in passthrough: add `iommu=pt` to the kernel\n"
+        "command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then `update-grub` and reboot),\n"
+        "or turn the IOMMU (VT-d / AMD-Vi) off in the firmware. Inside a VM, keep it and enable\n"
+        "ATS on the NICs instead (ras.diag-ats).",
+        judge=lambda r: _iommu_severity(r) if r.check in ("IOMMU mode", "IOMMU groups") else None,
+    )
+
+
+@check("ras.diag-ats", area="ras", category="p2p_error", scope="ras")
+def diag_ats(reading: RasReading) -> Iterator[Problem]:
+    """Address Translation Services are off on NICs a communicator uses (PCIe ``ATSCtl``).
+
+    Without ATS a NIC behind an IOMMU that remaps asks it to translate each GPUDirect access."""
+    return _diag_problems(
+        reading,
+        "ATS state",
+        {"disabled-first": Severity.WARN},
+        lambda r: (
+            f"NCCL DIAG: ATS disabled on {r.values['pairs']} rank/NIC pair(s) of {_in(r)} "
+            f"(rank {r.values['first']}, NIC {r.values['bdf']})"
+        ),
+        "On the node: `lspci -vvv -s BDF | grep ATSCtl` shows `Enable-`. On ConnectX NICs enable\n"
+        "it in the firmware, `mlxconfig -d BDF set ATS_ENABLED=true`, then reset the NIC\n"
+        "(`mlxfwreset -d BDF reset`) or reboot; it pays only with the IOMMU remapping (VMs).",
+    )
+
+
+@check("ras.diag-rdma-topo", area="ras", category="ib_error", scope="ras")
+def diag_rdma_topo(reading: RasReading) -> Iterator[Problem]:
+    """``rdma_topo check`` (rdma-core) found the PCIe topology of GPUs and ConnectX NICs wrong."""
+    return _diag_problems(
+        reading,
+        "rdma_topo check",
+        {"failed": Severity.WARN},
+        lambda r: (
+            f"NCCL DIAG: rdma_topo check failed on rank(s) {_set(r.ranks, r.ranks_total)} of "
+            f"{_in(r)}: {' '.join(r.values['sample'].split())}"
+        ),
+        "Run `sudo rdma_topo check` on the named ranks' nodes: each FAIL line names the GPU/NIC\n"
+        "pair and what is wrong (ACS on the switch between them, DMA Direct not configured);\n"
+        "until fixed GPUDirect RDMA takes the slow path or fails.",
+    )
+
+
+@check("ras.diag-paths", area="ras", category="p2p_error", scope="ras")
+def diag_paths(reading: RasReading) -> Iterator[Problem]:
+    """Ranks of a communicator that reach peers on their node by no path (DIS), or whose own
+    GPU NCCL's topology lacks, so every path of theirs is unknown."""
+
+    def severity(r: DiagResult) -> Severity | None:
+        # "NAME" or "NAME(present/total)" joined by "+"
+        dis = r.kind == "types" and "DIS" in {t.split("(")[0] for t in r.values["types"].split("+")}
+        return Severity.WARN if r.kind == "gpu-missing" or dis else None
+
+    def title(r: DiagResult) -> str:
+        if r.kind == "gpu-missing":
+            return (
+                f"NCCL DIAG: rank(s) {_set(r.ranks, r.ranks_total)} of {_in(r)} are not in "
+                "NCCL's topology (their paths are unknown)"
+            )
+        return f"NCCL DIAG: disconnected GPU paths in {_in(r)}: {r.values['types']}"
+
+    return _diag_problems(
+        reading,
+        "Paths",
+        {"types": Severity.WARN, "gpu-missing": Severity.WARN},
+        title,
+        "DIS(k/N): k ranks have a peer on their node NCCL finds no path to (no P2P, no shared\n"
+        "memory). Compare `nvidia-smi topo -m` on those nodes, and dump NCCL's view with\n"
+        "NCCL_TOPO_DUMP_FILE=/tmp/topo.xml; a GPU or NIC missing from it is hidden from the\n"
+        "container (CUDA_VISIBLE_DEVICES, --gpus) or from NVML.",
+        judge=severity,
+    )
+
+
+def _port_down(r: DiagResult) -> Severity | None:
+    if r.kind == "consistent":
+        return Severity.FAIL if r.values.get("note") == "port is not active" else None
+    return Severity.WARN
+
+
+@check("ras.diag-net-device", area="ras", category="ib_error", scope="ras")
+def diag_net_device(reading: RasReading) -> Iterator[Problem]:
+    """A NIC NCCL uses is down, missing on some nodes, or set up differently across them."""
+
+    def title(r: DiagResult) -> str:
+        v = r.values
+        if r.kind == "differ":
+            return (
+                f"NCCL DIAG: NIC {v['device']} of rank(s) {_set(r.ranks, r.ranks_total)} differs "
+                f"from rank {v['ref']}'s ({v['speed']} Mbps {v['link']}, "
+                f"{v['port_state']}/{v['phys_state']}) in {_in(r)}"
+            )
+        if r.kind == "missing":
+            return (
+                f"NCCL DIAG: NIC {v['device']} is on only {v['reporting']} of {v['expected']} "
+                f"nodes of {_in(r)}"
+            )
+        if r.kind == "node-differs":
+            return (
+                f"NCCL DIAG: the NICs of {v['differ']} of {v['nodes']} nodes differ from each "
+                f"other in {_in(r)}"
+            )
+        return (
+            f"NCCL DIAG: NIC {v['device']} port is not active "
+            f"({v['port_state']}/{v['phys_state']}) in {_in(r)}"
+        )
+
+    return _diag_problems(
+        reading,
+        "Net device",
+        {
+            "differ": Severity.WARN,
+            "missing": Severity.WARN,
+            "node-differs": Severity.WARN,
+            "consistent": Severity.FAIL,
+        },
+        title,
+        "On each node: `ibstat` (or `ibv_devinfo`) shows each port's state, physical state and\n"
+        "rate. A port not ACTIVE/LinkUp: check the cable and the switch port (`ibportstate`,\n"
+        "`sudo mlxlink -d DEV`); a slower rate or other link layer on some nodes: their NIC\n"
+        "firmware or cabling differs (`mlxconfig -d DEV q LINK_TYPE_P1`), and NCCL runs every\n"
+        "rank at the slowest; a missing NIC: `ibdev2netdev` and the driver (mlx5_core) on it.",
+        judge=_port_down,
+    )
+
+
+def _port_gbits(reading: RasReading, comm_hash: str | None) -> float | None:
+    """The fastest port rate (Gbit/s) the same ticket's Net device lines state for a comm."""
+    speeds = [
+        int(r.values["speed"]) / 1000
+        for report in reading.reports
+        for diag in report.diagnostics
+        for r in diag.results
+        if r.check == "Net device" and r.comm_hash == comm_hash and "speed" in r.values
+    ]
+    return max(speeds, default=None)
+
+
+# ib_write_bw reaches ~95% of the port rate when healthy (400G NDR: ~390 Gbit/s); under half of
+# it is a fabric or NIC problem, not measurement noise
+_SLOW_FRACTION = 0.5
+
+
+@check("ras.diag-net-bw", area="ras", category="bandwidth", scope="ras")
+def diag_net_bw(reading: RasReading) -> Iterator[Problem]:
+    """``ib_write_bw`` between node pairs (NCCL 2.32+, ``NCCL_RUN_DIAGNOSTICS=1``) found ranks
+    >30% off the median, pairs that could not run it, or a median far below the port rate."""
+
+    def severity(r: DiagResult) -> Severity | None:
+        v = r.values
+        if r.kind == "stats":
+            port = _port_gbits(reading, r.comm_hash)
+            return Severity.WARN if port and float(v["median"]) < _SLOW_FRACTION * port else None
+        if r.kind == "outlier":
+            return Severity.WARN if float(v["gbits"]) < float(v["median"]) else None
+        return Severity.WARN
+
+    def title(r: DiagResult) -> str:
+        v = r.values
+        if r.kind == "stats":
+            return (
+                f"NCCL DIAG: {v['mode']} ib_write_bw median {v['median']} Gbit/s is under half "
+                f"the port rate ({_port_gbits(reading, r.comm_hash):g} Gbit/s) in {_in(r)}"
+            )
+        if r.kind == "outlier":
+            return (
+                f"NCCL DIAG: {v['mode']} ib_write_bw of rank {v['rank']} ({v['host']}) is "
+                f"{v['gbits']} Gbit/s against a median of {v['median']} in {_in(r)}"
+            )
+        return (
+            f"NCCL DIAG: ib_write_bw from rank {v['dst']} ({v['client_host']}, "
+            f"{v['client_device']}) to rank {v['src']} ({v['server_host']}, {v['server_device']}) "
+            f"did not run: {v['failure']}"
+        )
+
+    return _diag_problems(
+        reading,
+        "net bw",
+        {"stats": Severity.WARN, "outlier": Severity.WARN, "pair-failed": Severity.WARN},
+        title,
+        "Rerun the pair by hand between the named hosts: `ib_write_bw -d DEV --report_gbits` on\n"
+        "the server, the same plus the server's hostname on the client. A slow NIC: `ibstat`\n"
+        "for its rate and `sudo mlxlink -d DEV -c` for link errors; all pairs slow: the\n"
+        "fabric (switch congestion, adaptive routing) or GPUDirect off (nvidia_peermem not\n"
+        "loaded: `lsmod | grep peermem`). 'tool missing': install perftest on every node.",
+        judge=severity,
     )
