@@ -206,3 +206,118 @@ def test_a_line_of_megabytes_is_read_in_linear_time():
     report = parse_text(lines, "t")
     assert time.monotonic() - started < 5
     assert report.diagnostics[0].host is None  # no name of 4 MB: the 64-byte host buffer
+
+
+# ---- NCCL 2.32's checks -------------------------------------------------------------------------
+
+# Lines written with their format strings, none published yet: src/ras/diagnostics_xid.cc,
+# diagnostics_pci.cc and diagnostics_checks_common.cc at NCCL v2.32.3 (commit 12df1a1);
+# diagnostics_paths.cc (commit 17e1e48), diagnostics_net.cc (8a1ca63) and
+# src/diagnostics/ib_write_bw.cc (15f6ac0), the versions of those files the index holds.
+C = "0x9e17999afaa87dbb"
+XID_DOC = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+NEW = [
+    "=== RAS Diagnostics ===",
+    f"[INFO] Net device: diagnostics incomplete, gathered 7/8 ranks in comm {C}/0x51a3/0x77c2",
+    f"[INFO] IOMMU mode: incomplete for comm {C}: topology-dependent data was unavailable for 2 "
+    "of 16 ranks",
+    "[INFO] Xid 79 detected 2 times on host gpu-b03. For the recommended response, see the "
+    f"NVIDIA Xid documentation: {XID_DOC}",
+    "[OK]   Xid 63 detected 1 time on host gpu-b03. No user action or further investigation is "
+    "required for this Xid.",
+    "[INFO] Xid 13 detected at least 65535 times on host gpu-b04.cluster. Restart the affected "
+    f"application. For guidance, see the NVIDIA Xid documentation: {XID_DOC}",
+    "[INFO] SXid 12028 detected 3 times (NVSwitch driver reported Fatal, link(s) {4,5}) on host "
+    "gpu-b03. See the NVIDIA Fabric Manager documentation for the recommended response: "
+    "https://docs.nvidia.com/hgx-platforms/fabric-manager-user-guide/index.html",
+    "[INFO] Xid/SXid: no kernel-log source was available on host gpu-b05",
+    f"[INFO] rdma_topo check: failed on rank(s) {{8,9}} across 16/16 ranks in comm {C}; first "
+    "rank 8 exit 1: FAIL\tmlx5_3\tACS enabled",
+    f"[INFO] IOMMU mode: enabled (DMA remapping) for 32 relevant device(s) across 16/16 ranks in "
+    f"comm {C}",
+    f"[INFO] IOMMU groups: GPU and NIC groups differ on 8 pair(s) in comm {C}; first rank 8 GPU "
+    "group 23 NIC 0000:1b:00.0 group 24",
+    f"[INFO] ATS state: disabled on 8 rank/NIC pair(s) across 8/16 ranks in comm {C}",
+    f"[INFO] ATS state: ATSCtl disabled on 8 rank/NIC pair(s) in comm {C}; first rank 8 NIC "
+    "0000:1b:00.0",
+    f"[INFO] Paths: self+NVL+PXB(14/16)+DIS(2/16)+NET across 16 ranks in comm {C}",
+    f"[INFO] Net device mlx5_0:1: rank(s) {{8}} differ from rank 0 (net device type=Host, "
+    "speed=400000 Mbps, link layer=InfiniBand, state=ACTIVE/LinkUp) across 2 of 2 nodes in comm "
+    f"{C}",
+    f"[INFO] Net device mlx5_1:1: net device type=Host, speed=400000 Mbps, link layer=InfiniBand, "
+    f"Data Direct, state=DOWN/DISABLED across 2 nodes in comm {C} (port is not active)",
+    "RAS diagnostics completed in 30.0 ms across 16 ranks",
+    "=== NCCL Diagnostics ===",
+    f"[INFO] net bw: 88.1/161.4/165.2 Gbit/s min/median/max same-nic bw (across 16 ranks) in comm "
+    f"{C}",
+    f"[INFO] net bw: same-nic rank 9 (gpu-b04): 88.1 Gbit/s, >30% off median 161.4 Gbit/s in "
+    f"comm {C}",
+    "[INFO] net bw: mode=same server_rank=0 server_host=gpu-b03 server_device=mlx5_0 "
+    "client_rank=8 client_host=gpu-b04 client_device=mlx5_0 memory=cuda+dmabuf tool run timed "
+    f"out in comm {C}",
+    "NCCL diagnostics completed in 2210.5 ms across 16 ranks",
+]
+# what a healthy 2.32 job prints: no finding
+HEALTHY = [
+    "[OK]   Xid/SXid: no events requiring immediate attention across 2 hosts",
+    f"[OK]   rdma_topo check: passed on 16/16 ranks in comm {C}",
+    f"[OK]   IOMMU mode: passthrough for 32 relevant device(s) across 16/16 ranks in comm {C}",
+    f"[OK]   ATS state: enabled on 16 rank/NIC pair(s) across 16 ranks in comm {C}",
+    f"[OK]   Paths: self+NVL+NET across 16 ranks in comm {C}",
+    f"[OK]   Net device mlx5_2:1: net device type=Host, speed=400000 Mbps, link layer=InfiniBand, "
+    f"state=ACTIVE/LinkUp across 2 nodes in comm {C}",
+    f"[OK]   Net device: NIC configuration consistent within each node across 2 nodes in comm {C}",
+    f"[OK]   net bw: 385.1/390.4/391.2 Gbit/s min/median/max same-nic bw (across 16 ranks) in "
+    f"comm {C}",
+]
+
+
+def new_lines(lines: list[str]) -> list[str]:
+    return [f"gpu-b03:4242 NCCL DIAG {line}" for line in lines]
+
+
+def test_every_new_line_is_one_known_message():
+    report = parse_text(new_lines(NEW + HEALTHY), "job.out")
+    results = [r for d in report.diagnostics for r in d.results]
+    assert [r.kind for r in results if r.kind is None] == []
+    xid = next(r for r in results if r.values.get("code") == "13")
+    assert (xid.check, xid.values["host"], xid.values["count"]) == ("Xid/SXid", "gpu-b04.cluster",
+                                                                     "65535")  # fmt: skip
+    nic = next(r for r in results if r.check == "Net device" and r.kind == "differ")
+    assert (nic.values["device"], nic.values["speed"], nic.ranks) == ("mlx5_0:1", "400000", [8])
+    # the healthy lines come after both reports ended: a third, headerless one
+    assert [d.kind for d in report.diagnostics] == ["ras", "active", "ras"]
+
+
+def test_the_2_31_incomplete_line_and_the_2_32_one_are_both_read():
+    old, new = (f"h:1 NCCL DIAG [INFO] ECC: diagnostics incomplete, gathered 3/4 ranks in comm "
+                f"{C}/0x1/0x2{tail}" for tail in (" (RAS overlay may not be ready)", ""))  # fmt: skip
+    kinds = [r.kind for d in parse_text([old, new], "t").diagnostics for r in d.results]
+    assert kinds == ["incomplete", "incomplete"]
+
+
+def test_each_problem_of_the_2_32_checks_is_one_finding():
+    found = by_id([parse_text(new_lines(NEW), "job.out")])
+    xid79, sxid = found["ras.diag-xid"][0], found["ras.diag-xid"][-1]
+    assert (xid79.severity, xid79.node, xid79.title) == (
+        "fail", "gpu-b03", "NCCL DIAG: Xid 79 on host gpu-b03, 2 time(s)")  # fmt: skip
+    assert [f.severity for f in found["ras.diag-xid"]] == ["fail", "warn", "fail"]  # 63 is [OK]
+    assert "SXid 12028 (Fatal) on NVSwitch link(s) {4,5}" in sxid.title
+    assert len(found["ras.diag-iommu"]) == 2 and found["ras.diag-iommu"][1].rank == 8
+    (ats,) = found["ras.diag-ats"]
+    assert "rank 8, NIC 0000:1b:00.0" in ats.title
+    (topo,) = found["ras.diag-rdma-topo"]
+    assert topo.title.endswith("FAIL mlx5_3 ACS enabled") and topo.rank == 8
+    (paths,) = found["ras.diag-paths"]
+    assert "DIS(2/16)" in paths.title
+    differ, down = found["ras.diag-net-device"]
+    assert (differ.severity, differ.rank, down.severity) == ("warn", 8, "fail")
+    slow, outlier, pair = found["ras.diag-net-bw"]
+    assert "median 161.4 Gbit/s is under half the port rate (400 Gbit/s)" in slow.title
+    assert (outlier.node, outlier.rank) == ("gpu-b04", 9)
+    assert pair.title.endswith("did not run: tool run timed out") and pair.node == "gpu-b04"
+    assert len(found["ras.diag-incomplete"]) == 2
+
+
+def test_a_healthy_2_32_report_finds_nothing():
+    assert not by_id([parse_text(new_lines(HEALTHY), "ok.out")])
