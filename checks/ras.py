@@ -2,7 +2,10 @@
 ranks that disagree, errors, and timeouts while RAS gathered its data; and what NCCL 2.31+'s
 diagnostics reports (``NCCL DIAG``) flag: uncorrected ECC errors, inactive NVLinks, GPUs,
 drivers or ``NCCL_*`` variables that differ across a communicator's ranks, GPU pairs whose P2P
-transfer failed, and reports that could not gather every rank.
+transfer failed, and reports that could not gather every rank; and 2.32's: Xid/SXid events in a
+host's kernel log, IOMMU remapping or split groups and ATS off on the GPU/NIC pairs GPUDirect
+uses, ``rdma_topo`` failures, disconnected paths, NICs down or unlike across nodes, and
+``ib_write_bw`` results off the median or under half the port rate.
 
 The subject is a :class:`~nccldoctor.ras.RasReading`: one report per ``ncclras`` output (or text
 with diagnostics lines) in the ticket, whose entries RAS itself put under Errors and Warnings,
@@ -403,24 +406,23 @@ def diag_incomplete(reading: RasReading) -> Iterator[Problem]:
 _XID_FATAL = {48, 74, 79, 95}
 
 
-def _xid_severity(r: DiagResult) -> Severity | None:
-    if r.tag == "OK":  # NCCL prints [OK] where the catalogue asks no action
-        return None
-    v = r.values
-    fatal = (
-        v.get("class") == "Fatal"
-        or "resetting the affected GPU" in v.get("advice", "")
-        or (r.kind == "xid" and int(v["code"]) in _XID_FATAL)
-    )
-    return Severity.FAIL if fatal else Severity.WARN
-
-
 @check("ras.diag-xid", area="ras", category="cuda_error", scope="ras")
 def diag_xid(reading: RasReading) -> Iterator[Problem]:
     """The kernel log of a job's host holds Xid (GPU) or SXid (NVSwitch) errors.
 
     NCCL 2.32+ scans each host's kernel log (``/dev/kmsg``, ``dmesg``, ``/var/log``) for events
     since RAS started and prints one line per host and event with NVIDIA's advice."""
+
+    def severity(r: DiagResult) -> Severity | None:
+        if r.tag == "OK":  # NCCL prints [OK] where the catalogue asks no action
+            return None
+        v = r.values
+        fatal = (
+            v.get("class") == "Fatal"
+            or "resetting the affected GPU" in v.get("advice", "")
+            or (r.kind == "xid" and int(v["code"]) in _XID_FATAL)
+        )
+        return Severity.FAIL if fatal else Severity.WARN
 
     def title(r: DiagResult) -> str:
         v = r.values
@@ -442,7 +444,7 @@ def diag_xid(reading: RasReading) -> Iterator[Problem]:
         "with NVIDIA's advice (evidence): restart the job, or drain the node and reset the GPU\n"
         "(`nvidia-smi -r -i GPU`) where it says so; Xid 79 or 48, or SXids that return, mean\n"
         "the GPU or NVSwitch needs service. Fabric Manager logs SXids: /var/log/fabricmanager.log.",
-        judge=_xid_severity,
+        judge=severity,
     )
 
 

@@ -6,7 +6,7 @@ diagnostics reports (``NCCL DIAG`` lines: ``ncclras -D``, ``NCCL_RUN_RAS_DIAGNOS
 The text format is NCCL's src/ras/client_support.cc (``rasOutAppend`` calls), described in
 the formats page (docs/nccl-tests-formats.md#ras); each detail line kind is one row of
 ``_DETAILS``. The diagnostics lines are src/ras/diagnostics*.cc and src/diagnostics/ of NCCL
-2.31.2 (docs/nccl-tests-formats.md#diag), one row of ``_DIAG_LINES`` per message. It judges
+2.31.2 and 2.32.3 (docs/nccl-tests-formats.md#diag), one row of ``_DIAG_LINES`` per message. It judges
 nothing: the rules are ``checks/ras.py``. Bad input never raises: what cannot be read is left
 out and ``error`` says why (JSON).
 """
