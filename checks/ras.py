@@ -304,17 +304,23 @@ def diag_gpu_inventory(reading: RasReading) -> Iterator[Problem]:
 
 @check("ras.diag-driver-mismatch", area="ras", category="version_mismatch", scope="ras")
 def diag_driver_mismatch(reading: RasReading) -> Iterator[Problem]:
-    """The ranks of a communicator run on drivers that support different CUDA versions."""
+    """The ranks of a communicator run on different NVIDIA drivers: ones that support different
+    CUDA versions, or (2.32+) another driver version by NVML."""
+    drivers = {
+        "CUDA driver version": "CUDA driver",
+        "NVIDIA graphics driver version": "NVIDIA driver",
+    }
     return _diag_problems(
         reading,
-        "CUDA driver version",
+        None,
         {"mismatch": Severity.WARN},
         lambda r: (
-            f"NCCL DIAG: the CUDA driver of rank(s) {_set(r.ranks, r.ranks_total)} differs "
+            f"NCCL DIAG: the {drivers[r.check]} of rank(s) {_set(r.ranks, r.ranks_total)} differs "
             f"from rank {r.values.get('ref')}'s ({r.values.get('version')}) in {_in(r)}"
         ),
         "`nvidia-smi` on each node prints the driver and the CUDA version it supports; install\n"
         "the same driver on every node of the job.",
+        judge=lambda r: Severity.WARN if r.check in drivers else None,
     )
 
 

@@ -63,7 +63,7 @@ class DiagResult:
     """One ``[OK]`` or ``[INFO]`` line of a diagnostics report."""
 
     tag: str  # OK | INFO
-    check: str  # "GPU inventory", "CUDA driver version", "ECC", "NVLink", "NCCL environment", "p2p"
+    check: str  # "GPU inventory", "CUDA driver version", "ECC", "NVLink", "p2p", "Xid/SXid" ...
     message: str  # the text after "<check>: "
     kind: str | None = None  # which message of _DIAG_LINES it is; None: one this table lacks
     comm_hash: str | None = None  # hex, without 0x
@@ -82,6 +82,7 @@ class Inventory:
     gpus_per_node: int | None = None
     gpu_model: str | None = None
     cuda_driver: int | None = None  # the CUDA version the driver supports, 13000 = 13.0
+    nvidia_driver: str | None = None  # NVML's driver version, "580.65.06" (2.32+)
     nvlinks_per_device: int | None = None  # None: no line (PCIe-only systems print none)
     ecc: str | None = None  # clean | errors | unavailable
 
@@ -108,7 +109,8 @@ class DiagReport:
                 inv = found.setdefault(r.comm_hash, Inventory(r.comm_hash))
                 inv.ranks = _int(r.values.get("n")) or inv.ranks
                 _state(inv, r)
-        stated = ("gpus_per_node", "gpu_model", "cuda_driver", "nvlinks_per_device", "ecc")
+        stated = ("gpus_per_node", "gpu_model", "cuda_driver", "nvidia_driver",
+                  "nvlinks_per_device", "ecc")  # fmt: skip
         return [i for i in found.values() if any(getattr(i, k) is not None for k in stated)]
 
 
@@ -258,10 +260,18 @@ _DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
          rf"count mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<gpus>\d+)\)$"),
         ("GPU inventory", "model-mismatch",
          rf"model mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<model>.*)\)$"),
+        # a later diagnostics_gpu.cc prints both driver checks through one version summary:
+        # rank 0's value may then be "unavailable" or "no driver installed" (both read here)
         ("CUDA driver version", "consistent", rf"(?P<version>\d+) consistent {_ACROSS}$"),
-        ("CUDA driver version", "unavailable", rf"unavailable {_ACROSS}$"),
+        ("CUDA driver version", "unavailable",
+         rf"(?P<version>unavailable|no driver installed) {_ACROSS}$"),
         ("CUDA driver version", "mismatch",
-         rf"mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<version>\w+)\)$"),
+         rf"mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<version>[^)]*)\)$"),
+        ("NVIDIA graphics driver version", "consistent",
+         rf"(?P<version>\S+) consistent {_ACROSS}$"),
+        ("NVIDIA graphics driver version", "unavailable", rf"unavailable via NVML {_ACROSS}$"),
+        ("NVIDIA graphics driver version", "mismatch",
+         rf"mismatch {_ACROSS}, {_RANKS} {_REF} \((?P<version>[^)]*)\)$"),
         ("ECC", "unavailable", rf"unavailable via NVML {_ACROSS}$"),
         ("ECC", "clean", rf"no uncorrected volatile errors {_ACROSS}$"),
         ("ECC", "clean-partial",
@@ -443,6 +453,8 @@ def _state(inv: Inventory, r: DiagResult) -> None:
             inv.gpu_model = v["model"]
         case ("CUDA driver version", "consistent"):
             inv.cuda_driver = int(v["version"])
+        case ("NVIDIA graphics driver version", "consistent"):
+            inv.nvidia_driver = v["version"]
         case ("NVLink", "consistent"):
             inv.nvlinks_per_device = int(v["links"])
         case ("ECC", "clean" | "clean-partial"):

@@ -99,7 +99,7 @@ def test_an_on_demand_report_from_the_user_guide_states_the_inventory_and_finds_
                                                "NVLink", "NCCL environment"]  # fmt: skip
     (inv,) = report.to_dict()["diagnostics"][0]["inventory"]
     assert inv == {"comm_hash": "1234", "ranks": 8, "gpus_per_node": 8,
-                   "gpu_model": "NVIDIA H100", "cuda_driver": 13000,
+                   "gpu_model": "NVIDIA H100", "cuda_driver": 13000, "nvidia_driver": None,
                    "nvlinks_per_device": 18, "ecc": "clean"}  # fmt: skip
     assert not by_id([report])
 
@@ -321,3 +321,18 @@ def test_each_problem_of_the_2_32_checks_is_one_finding():
 
 def test_a_healthy_2_32_report_finds_nothing():
     assert not by_id([parse_text(new_lines(HEALTHY), "ok.out")])
+
+
+def test_the_nvidia_driver_version_is_inventory_and_its_mismatch_a_finding():
+    check = "NVIDIA graphics driver version"
+    ok = parse_text([f"h:1 NCCL DIAG [OK]   {check}: 580.65.06 consistent across 8 ranks in comm "
+                     "0x1234"], "ok")  # fmt: skip
+    assert ok.to_dict()["diagnostics"][0]["inventory"][0]["nvidia_driver"] == "580.65.06"
+    bad = parse_text([f"h:1 NCCL DIAG [INFO] {check}: mismatch across 8 ranks in comm 0x1234, "
+                      "rank(s) {4,5,6,7} differ from rank 0 (580.65.06)",
+                      "h:1 NCCL DIAG [INFO] CUDA driver version: mismatch across 8 ranks in comm "
+                      "0x1234, rank(s) {1} differ from rank 0 (no driver installed)"], "bad")  # fmt: skip
+    nvidia, cuda = by_id([bad])["ras.diag-driver-mismatch"]
+    assert nvidia.title == ("NCCL DIAG: the NVIDIA driver of rank(s) {4,5,6,7} differs from rank "
+                            "0's (580.65.06) in comm 0x1234")  # fmt: skip
+    assert "(no driver installed)" in cuda.title
