@@ -191,11 +191,31 @@ def test_a_second_query_repeats_the_report_and_each_problem_is_said_once():
     "h:1 NCCL DIAG [INFO] p2p: write mismatch srcRank=", "BUSY: diagnostics already in progress",
     "h:1 NCCL DIAG [OK]   GPU inventory: 999999999999999999999x A per node consistent across "
     "99999999999999999999 ranks in comm 0xffffffffffffffffffff",
+    "h:1 NCCL DIAG [INFO] Xid 99999999999999999999999 detected 1 time on host h. x",
+    "h:1 NCCL DIAG [INFO] SXid 1 detected 2 times (NVSwitch driver reported Fatal, link(s) {",
+    "h:1 NCCL DIAG [INFO] Net device ", "h:1 NCCL DIAG [INFO] Net device x:1: ",
+    "h:1 NCCL DIAG [INFO] net bw: 1/2/3 Gbit/s min/median/max same-nic bw (across 0 ranks) in "
+    "comm 0x1", "h:1 NCCL DIAG [INFO] Net device x:1: net device type=a, speed=-1 Mbps, link "
+    "layer=b, state=c/d across 1 nodes in comm 0x1 (port is not active)",
+    "h:1 NCCL DIAG [INFO] net bw: mode=same server_rank=0 server_host= server_device= "
+    "client_rank=1 client_host= client_device= x in comm 0x1",
+    "h:1 NCCL DIAG [INFO] Paths: DIS(0/0) across 0 ranks in comm 0x1",
 ])  # fmt: skip
 def test_odd_diagnostics_lines_never_raise(junk):
     report = parse_text([junk], "t")
     run_checks("ras", RasReading([report]))
     report.to_dict()
+
+
+@pytest.mark.parametrize("check", ["Xid/SXid", "rdma_topo check", "IOMMU mode", "ATS state",
+                                   "Paths", "Net device", "net bw"])  # fmt: skip
+def test_a_2_32_line_of_megabytes_is_read_in_linear_time(check):
+    long = "a" * 2_000_000
+    lines = [f"h:1 NCCL DIAG [INFO] {check}: {long} in comm 0x{long}",
+             f"h:1 NCCL DIAG [INFO] {check} {long}:1: {' in comm 0x1' * 100_000}"]  # fmt: skip
+    started = time.monotonic()
+    run_checks("ras", RasReading([parse_text(lines, "t")]))
+    assert time.monotonic() - started < 5
 
 
 def test_a_line_of_megabytes_is_read_in_linear_time():
