@@ -191,7 +191,7 @@ def _diag_evidence(report: RasReport, diag: DiagReport, r: DiagResult) -> list[s
     head = f"{report.source}: {'RAS' if diag.kind == 'ras' else 'NCCL'} diagnostics{who}"
     values = [f"{r.check}: {r.values.get('key', '')}={v} on rank(s) {_set(ranks)}"
               for v, ranks in r.groups]  # fmt: skip
-    return [head, f"[{r.tag}] {r.check}: {r.message}", *values][:MAX_EVIDENCE]
+    return [head, f"[{r.tag}] {r.text()}", *values][:MAX_EVIDENCE]
 
 
 def _set(ranks: list[int], total: int | None = None) -> str:

@@ -72,6 +72,14 @@ class DiagResult:
     values: dict[str, str] = field(default_factory=dict)  # model, gpus, version, links, worst ...
     groups: list[tuple[str, list[int]]] = field(default_factory=list)  # env: value -> its ranks
 
+    def text(self) -> str:
+        """The result as NCCL printed it after the tag (``_check_message`` undone)."""
+        if self.check == "Xid/SXid" and _XID_EVENT.match(self.message):
+            return self.message
+        if self.check == _NET_DEVICE.rstrip() and _NIC.match(self.message):
+            return f"{self.check} {self.message}"
+        return f"{self.check}: {self.message}" if self.check else self.message
+
 
 @dataclass
 class Inventory:
@@ -216,6 +224,7 @@ _CHECK = re.compile(r"(?P<check>[^:]+): (?P<message>.*)$")
 # NIC's line "Net device NAME:PORT: …" (diagnostics_net.cc)
 _XID_EVENT = re.compile(r"S?Xid \d")
 _NET_DEVICE = "Net device "
+_NIC = re.compile(r"\S+:\d+: ")  # "mlx5_0:1: " after "Net device "
 
 
 def _check_message(rest: str) -> tuple[str, str]:

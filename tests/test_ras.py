@@ -319,6 +319,9 @@ def test_the_2_31_incomplete_line_and_the_2_32_one_are_both_read():
 def test_each_problem_of_the_2_32_checks_is_one_finding():
     found = by_id([parse_text(new_lines(NEW), "job.out")])
     xid79, sxid = found["ras.diag-xid"][0], found["ras.diag-xid"][-1]
+    # the evidence quotes the line as NCCL printed it, check name or none
+    assert xid79.evidence[1] == NEW[3]
+    assert found["ras.diag-net-device"][1].evidence[1] == NEW[15]
     assert (xid79.severity, xid79.node, xid79.title) == (
         "fail", "gpu-b03", "NCCL DIAG: Xid 79 on host gpu-b03, 2 time(s)")  # fmt: skip
     assert [f.severity for f in found["ras.diag-xid"]] == ["fail", "warn", "fail"]  # 63 is [OK]
