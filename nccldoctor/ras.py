@@ -6,8 +6,8 @@ diagnostics reports (``NCCL DIAG`` lines: ``ncclras -D``, ``NCCL_RUN_RAS_DIAGNOS
 The text format is NCCL's src/ras/client_support.cc (``rasOutAppend`` calls), described in
 the formats page (docs/nccl-tests-formats.md#ras); each detail line kind is one row of
 ``_DETAILS``. The diagnostics lines are src/ras/diagnostics*.cc and src/diagnostics/ of NCCL
-2.31.2 and 2.32.3 (docs/nccl-tests-formats.md#diag), one row of ``_DIAG_LINES`` per message. It judges
-nothing: the rules are ``checks/ras.py``. Bad input never raises: what cannot be read is left
+2.31.2 and 2.32.3 (docs/nccl-tests-formats.md#diag), one row of ``_DIAG_LINES`` per message.
+It judges nothing: the rules are ``checks/ras.py``. Bad input never raises: what cannot be read is left
 out and ``error`` says why (JSON).
 """
 
@@ -325,7 +325,7 @@ _DIAG_LINES: tuple[tuple[str | None, str, re.Pattern[str]], ...] = tuple(
          r"incomplete for comm 0x(?P<comm>[0-9a-f]+): topology-dependent data was unavailable "
          r"for (?P<unavailable>\d+) of (?P<n>\d+) ranks$"),
         # diagnostics_xid.cc: one line per host and event (the check's name is not printed on
-        # an event's line: _diag_result names it), [OK] where NVIDIA's catalogue asks nothing
+        # an event's line: _check_message names it), [OK] where NVIDIA's catalogue asks nothing
         ("Xid/SXid", "sxid",
          r"SXid (?P<code>\d+) detected (?P<at_least>at least )?(?P<count>\d+) times? \(NVSwitch "
          r"driver reported (?P<class>Fatal|Non-fatal|classification unavailable), link\(s\) "
