@@ -18,7 +18,7 @@ PIPE_BYTES = 4096
 @dataclass
 class Run:
     returncode: int
-    read: bytes  # what the reader took before it left
+    read: bytes  # what the reader took before it left: up to its first newline, and a little more
     stderr: str
 
 
