@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from nccldoctor.cli.app import app
+from tests.closed_pipe import PIPE_BYTES, run_reader_leaves
 
 runner = CliRunner()
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -126,3 +129,27 @@ def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):
     assert result.exit_code == 0
     (finding,) = json.loads(result.stdout)["findings"]
     assert finding["id"] == "logs.no-nccl-output" and "NCCL_DEBUG=INFO" in finding["fix"]
+
+
+@pytest.mark.parametrize(
+    ("args", "read_bytes"),
+    [(["--json"], 0), ([], 0), (["--json"], 1)],
+    # gone before the first write (which then fails), or gone after a line, in the middle of it
+    ids=["json-reader-gone", "terminal-reader-gone", "json-read-a-line"],
+)
+def test_a_reader_that_leaves_early_costs_the_output_not_the_verdict(tmp_path, args, read_bytes):
+    """`nccldoctor explain LOGS | head -1`: no traceback, the page still written, the exit code
+    the verdict's (0 for this healthy ticket), not the 1 of Python's or rich's default."""
+    logs = str(LOGS / "v2.18-socket-2node")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    if read_bytes:  # the rest of the document is still to be written when the reader leaves
+        document = runner.invoke(app, ["explain", logs, "--json", "--no-html"]).stdout
+        assert len(document) > 2 * PIPE_BYTES
+    run = run_reader_leaves([sys.executable, "-m", "nccldoctor", "explain", logs, *args],
+                            env, tmp_path / "stderr", read_bytes=read_bytes)  # fmt: skip
+    assert run.read.startswith(b"{\n") if read_bytes else run.read == b""
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "Exception" not in run.stderr, run.stderr
+    # with --json the page's path is on stderr, else on the stdout that went
+    assert run.stderr.splitlines() == (["Page: report.html"] if args else [])
+    assert "nccldoctor explain report" in (tmp_path / "report.html").read_text()

@@ -113,10 +113,11 @@ def main() -> None:
     try:
         build_app(_invoked(sys.argv[1:]))(prog_name="nccldoctor")
     except SystemExit as exc:
+        from nccldoctor.cli.console import flush_streams
+
+        flush_streams()  # a closed pipe costs the output, never the exit code
         # `check` loads torch, whose interpreter shutdown took 0.5 s and more on a loaded machine
         # after every report was written; a command that is done has nothing left to tear down.
         if "torch" in sys.modules and (exc.code is None or isinstance(exc.code, int)):
-            sys.stdout.flush()
-            sys.stderr.flush()
             os._exit(exc.code or 0)
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -33,7 +34,9 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(**self._options)
+            self._console = console = Console(**self._options)
+            # rich's own answer to a closed pipe is to exit 1 at once; ours is to carry on
+            console.on_broken_pipe = lambda: reader_gone(console.file)
         return self._console
 
 
@@ -56,6 +59,29 @@ def divert_stderr(log: Path) -> None:
     stderr.write_to(terminal)
 
 
+def reader_gone(stream: Any) -> None:
+    """The reader of ``stream`` left early (`nccldoctor explain big.log | head -1`): all that is
+    still written to it goes to /dev/null, so the command carries on to its report, its page and
+    its verdict as the exit code, and Python's flush at exit has nothing left to fail on
+    (docs/design.md#closed-pipe)."""
+    with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor: nothing to do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
+def flush_streams() -> None:
+    """Flush stdout and stderr before the exit, dropping what a reader that left cannot take:
+    else Python reports the failed flush at shutdown and exits 120 whatever the verdict."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            reader_gone(stream)
+            with contextlib.suppress(OSError):
+                stream.flush()  # the bytes it kept go to /dev/null
+
+
 def supports_unicode() -> bool:
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
     return encoding in ("utf8", "utf_8")
@@ -63,8 +89,11 @@ def supports_unicode() -> bool:
 
 def print_json(document: dict[str, Any]) -> None:
     """The document as JSON on stdout, verbatim (no wrapping, no styling)."""
-    sys.stdout.write(json.dumps(document, indent=1) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone(sys.stdout)
 
 
 def print_report(document: dict[str, Any], verbose: bool = False) -> None:

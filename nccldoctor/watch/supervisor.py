@@ -1,10 +1,11 @@
 """Run the user's command exactly as they would, watch it from outside, report a hang or crash.
 
 The command's stdin is inherited; its stdout and stderr are copied through byte for byte (so the
-watcher sees output move; the caller may pass the writers, to keep a live line below them); its
-exit code is returned unchanged. The watcher's own loop wakes once a second, reads a few /proc
-files and the ranks' announcements, and says what it saw (``JobStatus``), so an idle watch costs
-well under 1% of a core.
+watcher sees output move; the caller may pass the writers, to keep a live line below them), and
+read to their end even where ours closed early (a pipe whose reader left); its exit code is
+returned unchanged. The watcher's own loop wakes once a second, reads a few /proc files and the
+ranks' announcements, and says what it saw (``JobStatus``), so an idle watch costs well under 1%
+of a core.
 """
 
 from __future__ import annotations
@@ -96,7 +97,12 @@ class _Pump(threading.Thread):
     def run(self) -> None:
         partial = b""
         while chunk := self.source.read1(65536):
-            self.write(chunk)
+            try:
+                self.write(chunk)
+            except OSError:
+                # Our reader left (`nccldoctor watch -- CMD | head`): the job is still drained,
+                # else it blocks on a full pipe and looks hung; its tail still goes to the report.
+                self.write = _discard
             self.bytes += len(chunk)
             *lines, partial = (partial + chunk).split(b"\n")
             self.tail.extend(ln.decode("utf-8", errors="replace") for ln in lines)
@@ -165,6 +171,10 @@ def run_watched(
     outcome.output_tail = list(tail)
     outcome.duration_s = time.monotonic() - started
     return outcome
+
+
+def _discard(_data: bytes) -> None:
+    pass
 
 
 def _writer(sink: BinaryIO) -> Writer:

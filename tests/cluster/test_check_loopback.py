@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nccldoctor.cli.app import app
-from nccldoctor.lab.start import free_port_pair, start_check
+from nccldoctor.lab.start import check_argv, check_env, free_port_pair, start_check
+from tests.closed_pipe import run_reader_leaves
 
 pytestmark = [pytest.mark.slow]
 
@@ -101,3 +102,18 @@ def test_report_merge_of_the_node_files_is_the_masters_cluster_report(tmp_path):
     assert marker["evidence"] == [f"n{i}: {path}" for i, path in enumerate(files)]
     assert {**doc, "created": None} == {**master, "created": None}
     assert [n["report_path"] for n in master["cluster"]["nodes"]] == files
+
+
+def test_a_reader_that_left_costs_the_output_not_the_reports_or_the_verdict(tmp_path):
+    """`nccldoctor check | head -1` where head has gone when the verdict is printed: no
+    traceback, the report and the page written, the exit code the report's."""
+    args = ["--master", "127.0.0.1", "--nodes", "1", "--port", str(free_port_pair()),
+            "--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=1"]  # fmt: skip
+    out = tmp_path / "n0"
+    run = run_reader_leaves(check_argv(out, args), check_env(os.environ, "n0"),
+                            tmp_path / "stderr", read_bytes=0, timeout_s=180)  # fmt: skip
+    assert "Traceback" not in run.stderr and "Exception" not in run.stderr, run.stderr
+    path = out / "check-cluster.json"  # the master's, with the cluster's verdict
+    report = json.loads(path.read_text())
+    assert run.returncode == report["exit_code"], run.stderr
+    assert path.with_suffix(".html").read_text().startswith("<!doctype html>")

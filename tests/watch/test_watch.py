@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.closed_pipe import run_reader_leaves
 from tests.ports import free_port
 
 EXAMPLE_JOB = Path(__file__).parent / "example_job.py"
@@ -139,3 +140,31 @@ def test_a_log_deleted_mid_run_does_not_end_the_watch_as_crashed(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["watch"]["exit_code"] == 5
     assert [f["id"] for f in report["findings"]] == ["watch.exit-nonzero"]
+
+
+def test_a_reader_that_leaves_early_leaves_the_job_running_and_watched(tmp_path):
+    """`nccldoctor watch -- CMD | head -1`: the job writes 1 MiB more after the reader left; the
+    watcher drains it (a job blocked on a full pipe would look hung), the report keeps its last
+    lines, and the exit code is still the job's."""
+    out, closed = tmp_path / "w", tmp_path / "closed"
+    job = (
+        "import pathlib, sys, time\n"
+        "print('first line', flush=True)\n"
+        f"while not pathlib.Path({str(closed)!r}).exists(): time.sleep(0.05)\n"
+        "for i in range(16384): print(f'line {i:05d} ' + 'x' * 50)\n"
+        "print('job done', flush=True)\n"
+        "sys.exit(4)\n"
+    )
+    run = run_reader_leaves(
+        [sys.executable, "-m", "nccldoctor", "watch", "--out", str(out), "--hang-after", "5",
+         "--", sys.executable, "-c", job],
+        {**os.environ, "PYTHONPATH": str(REPO)}, tmp_path / "stderr",
+        after_close=closed.touch, timeout_s=90,
+    )  # fmt: skip
+    assert run.read == b"first line\n"
+    assert run.returncode == 4, run.stderr
+    assert "Traceback" not in run.stderr and "Exception" not in run.stderr, run.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert not report["watch"]["hung"] and report["watch"]["exit_code"] == 4
+    assert report["watch"]["output_tail"][-2:] == ["line 16383 " + "x" * 50, "job done"]
+    assert run.stderr.splitlines()[-1] == f"Page: {out / 'report.html'}"
