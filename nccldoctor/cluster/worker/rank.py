@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,8 +84,17 @@ class RankEnv:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        env: Mapping[str, str],
+        end: Callable[[int], NoReturn] = os._exit,
+    ) -> None:
+        """``end(code)``: how the process ends when a deadline passes or a stop signal comes,
+        from the phase watch's thread, after result.json is written (a launcher's process that
+        is one rank first waits for the check's verdict: agent/follower.py)."""
         self.config = config
+        self._end = end
         self.setup_error: str | None = None
         try:
             self.ids = RankEnv.from_env(env)
@@ -153,7 +162,7 @@ class Worker:
         if self.finish(EXIT_ERROR, error):
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(EXIT_ERROR)
+            self._end(EXIT_ERROR)
 
     @contextmanager
     def phase(self, name: str, timeout_s: float) -> Iterator[None]:
