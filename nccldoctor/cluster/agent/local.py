@@ -70,8 +70,8 @@ class _Lines:
         once the other side is gone)."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer and not self.closed:
-            left = deadline - time.monotonic()
-            if left < 0 or not select.select([self.sock], [], [], left)[0]:
+            left = max(0.0, deadline - time.monotonic())  # 0: a poll still looks once
+            if not select.select([self.sock], [], [], left)[0]:
                 return None
             try:
                 data = self.sock.recv(65536)
