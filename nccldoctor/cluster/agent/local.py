@@ -1,4 +1,5 @@
-"""The local handshake between the processes a launcher started on one node (docs/design.md#per-process).
+"""The local handshake between the processes a launcher started on one node
+(docs/design.md#per-process).
 
 With ``srun --ntasks-per-node=N``, ``torchrun --nproc-per-node N`` or ``mpirun -N N`` each
 process is one rank of the check. Local rank 0 (the leader) also runs the node agent's phases;
