@@ -65,8 +65,8 @@ def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.
             f"workers: local rank(s) {', '.join(map(str, missing))} of this node never reached "
             f"local rank 0 within {t.startup:.0f} s{refused}"
         )
-    launched = [launcher.launch_one(spec, me.rank, 0, state.env, fork=_can_fork(state))]
-    for follower in followers:
+    launched = []
+    for follower in followers:  # first: they set up while this process finishes its imports
         directory = launcher.prepare(spec, follower.rank)
         log_path = directory / "worker.log"
         proc = local.FollowerProcess(follower, log_path)
@@ -74,7 +74,8 @@ def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.
         launched.append(
             launcher.Launched(follower.rank, follower.local_rank, directory, proc, log_path)
         )
-    return launched
+    own = launcher.launch_one(spec, me.rank, 0, state.env, fork=_can_fork(state))
+    return [own, *launched]
 
 
 def _can_fork(state: AgentState) -> bool:
