@@ -125,7 +125,9 @@ def test_srun_two_tasks_per_node_with_a_firewalled_node(slurm, tmp_path):
 
 
 def task_pid(procid: int, out: Path) -> int | None:
-    """The pid of the check's task ``procid`` (SLURM_PROCID) writing to ``out``."""
+    """The pid of the check's task ``procid`` (SLURM_PROCID) writing to ``out``: the oldest
+    such process, not the worker a local rank 0 forked (it inherits the task's env)."""
+    found = []
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
@@ -133,12 +135,14 @@ def task_pid(procid: int, out: Path) -> int | None:
         except (OSError, ValueError):
             continue
         if str(out).encode() in argv and f"SLURM_PROCID={procid}".encode() in environ:
-            return int(proc.name)
-    return None
+            found.append(int(proc.name))
+    return min(found, default=None)
 
 
-def kill_when_in(out: Path, procid: int, node: str, phase: str, timeout: float) -> int | None:
-    """SIGTERM task ``procid`` once its events say it entered ``phase``; its pid."""
+def kill_when_in(
+    out: Path, procid: int, node: str, phase: str, timeout: float, sig: int = signal.SIGTERM
+) -> int | None:
+    """``sig`` to task ``procid`` once its rank's events say it entered ``phase``; its pid."""
     events = out / node / f"rank{procid}" / "events.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -146,7 +150,7 @@ def kill_when_in(out: Path, procid: int, node: str, phase: str, timeout: float) 
             if f'"phase": "{phase}", "status": "start"' in events.read_text():
                 pid = task_pid(procid, out)
                 if pid is not None:
-                    os.kill(pid, signal.SIGTERM)
+                    os.kill(pid, sig)
                 return pid
         time.sleep(0.2)
     return None
@@ -170,8 +174,36 @@ def test_srun_task_killed_mid_run_every_other_task_reports_it(slurm, tmp_path):
     row = next(r for r in cluster["ranks"] if r["rank"] == 3)
     assert (row["node"], row["phase_reached"]) == ("node1", "ddp")
     assert "stopped by SIGTERM" in row["error"]
-    assert "rank 3" in cluster["hang"]["verdict"], cluster["hang"]
+    assert cluster["hang"]["verdict"].startswith(
+        "rank 3 on node node1 failed in ddp: stopped by SIGTERM"
+    ), cluster["hang"]
     assert elapsed < HEALTHY_DEADLINE, elapsed  # the survivors' deadlines, not srun's patience
+
+
+def test_srun_local_rank_0_killed_its_other_task_reports_it(slurm, tmp_path):
+    # Bad input: node1's first task (local rank 0, its node agent) dies without a word in the
+    # DDP step. Its second task hears it from the closed connection, writes its own report
+    # naming it and exits 3; node0's tasks name node1 as lost.
+    out = tmp_path / "out"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(kill_when_in, out, 2, "node1", "ddp", HEALTHY_DEADLINE,
+                             signal.SIGKILL)  # fmt: skip
+        started = time.monotonic()
+        rc, stdout, err = srun_check(slurm, out, per_node=2,
+                                     env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=2"})  # fmt: skip
+        elapsed = time.monotonic() - started
+    assert killed.result() is not None, err[-3000:]
+    found = reports(out)
+    own = found["check-node1-rank3"]
+    assert own["exit_code"] == 3
+    assert own["run"]["aborted"].startswith(
+        "rank 3 (local rank 1 on node1): local rank 0 of this node ended (its connection closed)"
+    ), own["run"]["aborted"]
+    assert [f["id"] for f in own["findings"] if f["severity"] == "fail"] == ["run.incomplete"]
+    assert "node1" in json.dumps(found["check-cluster"]["hang"])  # the master names it lost
+    assert reported_by(stdout) == [0, 1, 3], stdout[-3000:]
+    assert rc != 0
+    assert elapsed < HEALTHY_DEADLINE, elapsed
 
 
 def docs_script() -> str:
