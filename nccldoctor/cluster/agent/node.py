@@ -8,9 +8,9 @@ the store and the gate, and after the exit barrier merges every node's report in
 report. torch is imported in the background as the agent starts, the store's part first, and
 the workers are forked from the agent with it loaded (launcher). When the launcher started
 several processes per node, local rank 0 is the agent, forks the worker of its own rank only,
-and hands the world to the others, which run theirs themselves (local.py, follower.py). Any way out — success, a
-failed phase, an error, SIGINT/SIGTERM — goes through one ``finally`` that ends the workers and
-writes the report(s).
+and hands the world to the others, which run theirs themselves (local.py, follower.py). Any
+way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one ``finally``
+that ends the workers and writes the report(s).
 """
 
 from __future__ import annotations

@@ -204,6 +204,6 @@ def collect_evidence(ranks: list[RankWatch], backend: str) -> None:
 def stop(launched: list[Launched], term_wait_s: float = 2.0) -> None:
     """SIGTERM every live worker's session, then SIGKILL what is left after ``term_wait_s``;
     a follower (another process of the launcher's, agent/local.py) is signalled alone."""
-    followers = [item.proc for item in launched if isinstance(item.proc, FollowerProcess)]
-    stop_groups([item.proc for item in launched if item.proc not in followers], term_wait_s)
-    stop_followers(followers, term_wait_s)
+    procs = [item.proc for item in launched]
+    stop_groups([p for p in procs if not isinstance(p, FollowerProcess)], term_wait_s)
+    stop_followers([p for p in procs if isinstance(p, FollowerProcess)], term_wait_s)

@@ -3,8 +3,8 @@
 Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK, ...;
 MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
 agent, which has torch loaded already (:func:`forked_main`), or run by a launcher's own process
-that is one rank of the check (:class:`Worker` in cluster/agent/follower.py). The phases, each under a deadline:
-init → barrier → allreduce_correctness → bandwidth → ddp → checksum → destroy. Everything the
+that is one rank of the check (:class:`Worker` in cluster/agent/follower.py). The phases, each
+under a deadline: init → barrier → allreduce_correctness → bandwidth → ddp → checksum → destroy. Everything the
 agent needs lands in the config's rank_dir (docs/design.md#records, and the launcher): events.jsonl as it goes,
 result.json on every exit path, stacks.txt on SIGUSR1 or at a missed deadline.
 Exit status: 0 all good, 1 a check failed (wrong results, replicas differ), 3 error or timeout.
