@@ -180,6 +180,41 @@ def test_srun_task_killed_mid_run_every_other_task_reports_it(slurm, tmp_path):
     assert elapsed < HEALTHY_DEADLINE, elapsed  # the survivors' deadlines, not srun's patience
 
 
+def scancel_when_in(lab: SlurmLab, out: Path, node: str, rank: int, phase: str) -> float | None:
+    """``scancel`` the lab's job once rank ``rank`` entered ``phase``; when (time.time())."""
+    events = out / node / f"rank{rank}" / "events.jsonl"
+    deadline = time.monotonic() + HEALTHY_DEADLINE
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if f'"phase": "{phase}", "status": "start"' in events.read_text():
+                jobs = lab.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+                sent = time.time()
+                lab.run(["scancel", *jobs])
+                return sent
+        time.sleep(0.2)
+    return None
+
+
+def test_scancel_mid_run_every_task_writes_its_report_before_the_kill(slurm, tmp_path):
+    # scancel: SIGTERM to every task, SIGKILL KillWait (5 s in the lab) later.
+    out = tmp_path / "out"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(scancel_when_in, slurm, out, "node1", 3, "ddp")
+        rc, stdout, err = srun_check(slurm, out, per_node=2,
+                                     env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=3"})  # fmt: skip
+    scancelled = sent.result()
+    assert scancelled is not None, err[-3000:]
+    assert rc != 0
+    found = reports(out)
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"], sorted(found)
+    for name in ("check-node0", "check-node1"):
+        assert found[name]["run"]["aborted"] == "interrupted by SIGTERM"
+        assert (out / f"{name}.json").stat().st_mtime < scancelled + 5  # before the SIGKILL
+    ranks = {r["rank"]: r for r in found["check-node1"]["ranks"]}
+    assert "stopped by SIGTERM" in ranks[3]["error"], ranks[3]
+    assert reported_by(stdout) == [0, 1, 2, 3], stdout[-3000:]
+
+
 def test_srun_local_rank_0_killed_its_other_task_reports_it(slurm, tmp_path):
     # Bad input: node1's first task (local rank 0, its node agent) dies without a word in the
     # DDP step. Its second task hears it from the closed connection, writes its own report
