@@ -79,3 +79,15 @@ def test_mpirun_two_processes_per_node_are_the_ranks(mpi_lab, tmp_path):
     assert ranks == [(0, "node0", 0, "ok"), (1, "node0", 1, "ok"), (2, "node1", 0, "ok"),
                      (3, "node1", 1, "ok")]  # fmt: skip
     assert output.count("Report: ") == 4  # every process showed the verdict and exited 0
+
+
+def test_mpirun_two_processes_per_node_with_a_firewalled_node_exit_1(mpi_lab, tmp_path):
+    rendezvous_only_firewall(mpi_lab.hosts[1])
+    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}",
+                                     per_node=2)  # fmt: skip
+    assert rc == 1, output[-3000:]  # mpirun's status is the check's: no process exited first
+    blocked = [f["node"] for f in found["check-node1"]["findings"]
+               if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
+    assert blocked == ["node1"]
+    assert found["check-cluster"]["exit_code"] == 1
+    assert output.count("Report: ") == 4
