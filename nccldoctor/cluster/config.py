@@ -134,9 +134,9 @@ def config_from_args(
     local = _local_rank(found, procs_per_node)
     if local is None and found.get("local_rank", 0) != 0:
         raise ConfigError(
-            f"this process has local rank {found['local_rank']} but the launcher says nothing of "
-            "the processes per node (LOCAL_WORLD_SIZE); run one nccldoctor per node, or let the "
-            "launcher set it (torchrun --nproc-per-node, srun --ntasks-per-node)"
+            f"this process has local rank {found['local_rank']} but no launcher variable gives "
+            "the processes per node (LOCAL_WORLD_SIZE under torchrun, the tasks per node under "
+            "srun, OMPI_COMM_WORLD_LOCAL_SIZE under mpirun); run one nccldoctor per node"
         )
     procs_per_node = local.local_world if local else procs_per_node
     port = port if port is not None else found.get("port", DEFAULT_PORT)

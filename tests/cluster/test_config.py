@@ -317,3 +317,10 @@ def test_elastic_pytorchjob_pet_variables():
            "PET_MASTER_PORT": "23456", "MASTER_PORT": "23456"}  # fmt: skip
     c = make(env)
     assert (c.launcher, c.master, c.nodes, c.node_rank) == ("kubernetes", "ddp-master-0", 4, 2)
+
+
+def test_plain_env_with_a_local_rank_above_0_is_refused_saying_what_is_missing():
+    env = {"MASTER_ADDR": "h", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    with pytest.raises(ConfigError, match="local rank 1 but no launcher variable gives the "
+                       "processes per node"):  # fmt: skip
+        make(env)
