@@ -5,10 +5,11 @@ master from Slurm's variables) and one allreduce, with the same layout (``--ntas
 Both start through the same `srun -N2` on the lab's two Slurm nodes (nccldoctor/lab/slurm.py),
 so the launch itself costs both alike. Target: check / bare <= 2.0.
 
-One task per node: nccldoctor refuses a second task per node (it starts one worker per GPU
-itself), so ``--ntasks-per-node=2`` is measured for the bare script only and printed for scale.
+``--ntasks-per-node=N`` (default 1) is the layout of both: with one task per node nccldoctor
+starts one worker per node itself; with several, each task is one rank of the check, local rank
+0 of each node its node agent too (docs/design.md#per-process).
 
-Needs root, ip netns, slurm-wlm and munge. Run: python bench/launchers.py [--repeat 3]
+Needs root, ip netns, slurm-wlm and munge. Run: python bench/launchers.py [--repeat 3] [--ntasks-per-node 2]
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def srun(lab: SlurmLab, per_node: int, argv: list[str], cwd: Path) -> tuple[floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the fastest counts")
+    parser.add_argument("--ntasks-per-node", type=int, default=1, help="tasks per node, both")
     args = parser.parse_args()
+    per_node = args.ntasks_per_node
     if not slurm_possible():
         print("bench/launchers.py needs root, ip netns, slurm-wlm and munge", file=sys.stderr)
         return 2
@@ -69,31 +72,38 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="nccldoctor-bench-launchers-"))
     lab = SlurmLab(2, work / "slurm", prefix="198.18.78").build()
     try:
-        bare, bare2, check = [], [], []
+        bare, check = [], []
         for n in range(args.repeat):
-            seconds, code = srun(lab, 1, [sys.executable, "-c", BARE], work)
+            seconds, code = srun(lab, per_node, [sys.executable, "-c", BARE], work)
             assert code == 0, f"bare script: srun exited {code}"
             bare.append(seconds)
-            seconds, code = srun(lab, 2, [sys.executable, "-c", BARE], work)
-            assert code == 0, f"bare script, 2 per node: srun exited {code}"
-            bare2.append(seconds)
             out = work / f"check{n}"
             argv = [sys.executable, "-m", "nccldoctor", "check", "--out", str(out), *CHECK_ARGS]
-            seconds, code = srun(lab, 1, argv, work)
+            seconds, code = srun(lab, per_node, argv, work)
             report = json.loads((out / "check-cluster.json").read_text())
             assert code == report["exit_code"] == 0, (code, report["findings"])
+            assert len(report["ranks"]) == 2 * per_node, report["ranks"]
             check.append(seconds)
+            phases(report)
     finally:
         lab.close()
     ratio = min(check) / min(bare)  # the least disturbed run of each on a shared machine
-    print(f"srun -N2 --ntasks-per-node=1 bare init+allreduce: {min(bare):.1f} s (runs: "
+    layout = f"srun -N2 --ntasks-per-node={per_node}"
+    print(f"{layout} bare init+allreduce: {min(bare):.1f} s (runs: "
           + ", ".join(f"{s:.1f}" for s in bare) + ")")  # fmt: skip
-    print(f"srun -N2 --ntasks-per-node=2 bare init+allreduce: {min(bare2):.1f} s (for scale)")
-    print(f"srun -N2 --ntasks-per-node=1 nccldoctor check:    {min(check):.1f} s (runs: "
+    print(f"{layout} nccldoctor check:    {min(check):.1f} s (runs: "
           + ", ".join(f"{s:.1f}" for s in check) + ")")  # fmt: skip
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
     print(f"check / bare = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict}")
     return 0 if ratio <= TARGET_RATIO else 1
+
+
+def phases(report: dict) -> None:
+    """Where one check's time went: the master's phases, then rank 0's worker phases."""
+    rows = [p for p in report.get("phases", []) if p.get("duration_s") is not None]
+    master = [p for p in rows if p["rank"] is None and p["node"] == rows[0]["node"]] if rows else []
+    ranks = [p for p in rows if p["rank"] == 0]
+    print("  " + ", ".join(f"{p['phase']} {p['duration_s']:.1f}" for p in master + ranks))
 
 
 if __name__ == "__main__":

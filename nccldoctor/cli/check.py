@@ -139,7 +139,9 @@ def check(
         raise abort(str(exc)) from None
     command = redact_token(["nccldoctor", *sys.argv[1:]])
     live = False if json_out else None  # --json: plain lines, as in a pipe
-    log = config.out / config.node_name / "agent.log"
+    me = config.local
+    name = f"local-rank{me.local_rank}.log" if me and not me.leader else "agent.log"
+    log = config.out / config.node_name / name
     divert_stderr(log)  # before the console is made: it writes to the terminal's copy
     with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as shown:
         report, path, code = run_check(config, os.environ, command,
@@ -152,7 +154,9 @@ def check(
         stdout.print(f"Report: {path}")
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
     # share one --out folder keep their pages apart
-    write_page(document, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
+    # a follower shows its local rank 0's report, whose page that process writes
+    if me is None or me.leader or path.stem.endswith(f"-rank{me.rank}"):
+        write_page(document, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
     raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
 
 

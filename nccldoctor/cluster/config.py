@@ -6,7 +6,7 @@ need no flags:
 
 - torchrun (``TORCHELASTIC_RUN_ID`` set): ``MASTER_ADDR``; nodes = ``WORLD_SIZE`` /
   ``LOCAL_WORLD_SIZE``; node rank = ``GROUP_RANK``. ``MASTER_PORT`` is torchrun's own store, so
-  nccldoctor keeps ``--port``. Run one nccldoctor per node (``--nproc-per-node 1``).
+  nccldoctor keeps ``--port``.
 - Slurm (``SLURM_JOB_ID``): nodes = ``SLURM_STEP_NUM_NODES``/``SLURM_JOB_NUM_NODES``/
   ``SLURM_NNODES``, node rank = ``SLURM_NODEID``, master = ``MASTER_ADDR`` or the first host of
   ``SLURM_STEP_NODELIST``/``SLURM_JOB_NODELIST``. Only a task of ``srun`` (``SLURM_STEP_ID`` set) is a node: the batch
@@ -20,6 +20,11 @@ need no flags:
   ``PET_NODE_RANK``, ``RANK`` or a JobSet's ``JOB_COMPLETION_INDEX`` (docs/launch/kubernetes.md).
 - Plain env (``MASTER_ADDR`` set): ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK`` as node count
   and node rank (one process per node, as in the two-container DDP setup).
+
+With several processes per node (``--nproc-per-node 2``, ``--ntasks-per-node=2``, ``mpirun -N
+2``), each process is one rank of the check (:class:`LocalRank`: the launcher's rank, local rank,
+processes per node and world size); local rank 0 also does the node's agent work
+(cluster/agent/local.py). One process per node keeps the agent that starts its own workers.
 
 A launcher whose variables contradict each other (a world that is not a whole number of nodes,
 a node list that does not parse or whose first host does not resolve) is a usage error that
@@ -44,6 +49,21 @@ class ConfigError(ValueError):
     """The command line or the launcher env does not make a runnable check (exit 2)."""
 
 
+@dataclass(frozen=True)
+class LocalRank:
+    """This process is one rank of several the launcher started on this node."""
+
+    rank: int
+    local_rank: int
+    local_world: int
+    world_size: int
+
+    @property
+    def leader(self) -> bool:
+        """Local rank 0 does the node agent's work besides its rank's."""
+        return self.local_rank == 0
+
+
 @dataclass
 class CheckConfig:
     master: str
@@ -57,7 +77,8 @@ class CheckConfig:
     out: Path = Path("nccldoctor-check")
     token: str | None = None  # shared secret; never written to a report
     node_name: str = ""
-    launcher: str = "standalone"  # standalone | torchrun | slurm | kubernetes | env
+    launcher: str = "standalone"  # standalone | torchrun | slurm | mpirun | kubernetes | env
+    local: LocalRank | None = None  # set when the launcher started several processes per node
 
     @property
     def gate_port(self) -> int:
@@ -110,11 +131,14 @@ def config_from_args(
             "no master: give --master ADDR (or run under torchrun, Slurm or a PyTorchJob), or "
             f"MASTER_ADDR: {how}"
         )
-    if found.get("local_rank", 0) != 0:
+    local = _local_rank(found, procs_per_node)
+    if local is None and found.get("local_rank", 0) != 0:
         raise ConfigError(
-            f"this process has local rank {found['local_rank']}: run one nccldoctor per node "
-            "(torchrun --nproc-per-node 1, srun --ntasks-per-node 1); it starts the workers itself"
+            f"this process has local rank {found['local_rank']} but no launcher variable gives "
+            "the processes per node (LOCAL_WORLD_SIZE under torchrun, the tasks per node under "
+            "srun, OMPI_COMM_WORLD_LOCAL_SIZE under mpirun); run one nccldoctor per node"
         )
+    procs_per_node = local.local_world if local else procs_per_node
     port = port if port is not None else found.get("port", DEFAULT_PORT)
     nodes = nodes if nodes is not None else found.get("nodes")
     node_rank = node_rank if node_rank is not None else found.get("node_rank")
@@ -145,7 +169,36 @@ def config_from_args(
         token=token or env.get("NCCLDOCTOR_TOKEN") or None,
         node_name=node_name or env.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),
         launcher=launcher,
+        local=local,
     )
+
+
+def _local_rank(found: dict, procs_per_node: int | None) -> LocalRank | None:
+    """Who this process is among several per node, when the launcher started several."""
+    local_world = found.get("local_world", 1)
+    if local_world <= 1:
+        return None
+    names = found["names"]
+    missing = [names[k] for k in ("rank", "local_rank", "world") if k not in found]
+    if missing:
+        raise ConfigError(
+            f"{names['local_world']}={local_world} processes per node, but {', '.join(missing)} "
+            "not set to a number: each process needs its rank, local rank and the world size"
+        )
+    rank, local_rank, world = found["rank"], found["local_rank"], found["world"]
+    if not 0 <= local_rank < local_world:
+        raise ConfigError(
+            f"{names['local_rank']}={local_rank}: expected 0..{local_world - 1} "
+            f"({names['local_world']}={local_world})"
+        )
+    if not 0 <= rank < world:
+        raise ConfigError(f"{names['rank']}={rank}: expected 0..{world - 1} ({names['world']})")
+    if procs_per_node is not None and procs_per_node != local_world:
+        raise ConfigError(
+            f"--procs-per-node {procs_per_node}: the launcher started {local_world} processes "
+            f"on this node ({names['local_world']}), and each is one rank; leave it out"
+        )
+    return LocalRank(rank, local_rank, local_world, world)
 
 
 def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
@@ -157,7 +210,7 @@ def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
     if env.get("TORCHELASTIC_RUN_ID"):
         _put(found, "nodes", _whole_nodes(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE"))
         _put(found, "node_rank", _int(env, "GROUP_RANK"))
-        _put(found, "local_rank", _int(env, "LOCAL_RANK"))
+        _ranks(found, env, "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
         return "torchrun", found
     if env.get("SLURM_JOB_ID"):
         nodes_name = _present(env, _SLURM_NODES)
@@ -172,7 +225,9 @@ def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
                 "of tasks on every node: srun -N NODES --ntasks-per-node=N"
             )
         _put(found, "node_rank", _int(env, "SLURM_NODEID"))
-        _put(found, "local_rank", _int(env, "SLURM_LOCALID"))
+        _ranks(found, env, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", tasks_name)
+        if nodes and tasks:  # srun says the tasks per node only as "2(x2)": the quotient
+            found["local_world"] = tasks // nodes
         _put(found, "port", _int(env, "MASTER_PORT"))
         # The step's own nodes: a step on part of the allocation may not hold its first node.
         listed = next(
@@ -192,7 +247,8 @@ def _launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
         _put(found, "nodes", _whole_nodes(env, *_OMPI_SIZES))
         rank, local_world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, _OMPI_SIZES[1]) or 1
         _put(found, "node_rank", None if rank is None else rank // local_world)
-        _put(found, "local_rank", _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
+        _ranks(found, env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", _OMPI_SIZES[1],
+               _OMPI_SIZES[0])  # fmt: skip
         _put(found, "port", _int(env, "MASTER_PORT"))
         return "mpirun", found
     _put(found, "port", _int(env, "MASTER_PORT"))
@@ -274,6 +330,23 @@ def _present(env: Mapping[str, str], names: Sequence[str]) -> str | None:
 
 def _first(*values: int | None) -> int | None:
     return next((v for v in values if v is not None), None)
+
+
+def _ranks(
+    found: dict,
+    env: Mapping[str, str],
+    rank: str,
+    local_rank: str,
+    local_world: str | None,
+    world: str | None,
+) -> None:
+    """The launcher's rank, local rank, processes per node and world size, and the names of
+    the variables they came from (for the usage errors)."""
+    names = {"rank": rank, "local_rank": local_rank, "local_world": local_world or "?",
+             "world": world or "?"}  # fmt: skip
+    found["names"] = names
+    for key, name in names.items():
+        _put(found, key, _int(env, name) if name != "?" else None)
 
 
 def _put(found: dict, key: str, value: object) -> None:

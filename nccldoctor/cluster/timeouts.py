@@ -14,6 +14,7 @@ from nccldoctor.cluster.records import PHASE_TIMEOUTS, WORKER_PHASES, phase_budg
 
 # The shortest TCP throughput turn: still thousands of round trips on a LAN, past TCP's slow start.
 MIN_TCP_TURN = 0.1
+HANDOVER_MARGIN_S = 30.0
 
 
 class TimeoutsError(ValueError):
@@ -49,6 +50,21 @@ class Timeouts:
     def workers_total(self) -> float:
         """The longest a healthy worker run may take: its start plus every phase's budget."""
         return self.startup + sum(phase_budget(phase, self) for phase in WORKER_PHASES)
+
+    def before_workers(self) -> float:
+        """The longest the node agent's phases before the workers' may take: what a launcher's
+        other processes on the node wait for local rank 0 to hand them the world (agent/local.py),
+        with a margin for the phases' own slack (connect retries, the TCP turns' setup)."""
+        return (
+            self.startup
+            + self.reach
+            + self.rendezvous
+            + self.settle
+            + self.bootstrap
+            + self.tcp_total
+            + 2 * self.port_probe
+            + HANDOVER_MARGIN_S
+        )
 
     def agent_phase(self, phase: str) -> float | None:
         """The budget of one of the node agent's phases (cluster/agent/node.py), for the live

@@ -10,6 +10,7 @@ import pytest
 
 from nccldoctor.cluster.config import (
     ConfigError,
+    LocalRank,
     config_from_args,
     first_slurm_host,
     host_resolves,
@@ -55,11 +56,41 @@ def test_torchrun_env_uses_its_node_count_and_group_rank_but_not_its_port():
     )
 
 
-def test_torchrun_with_several_procs_per_node_refuses_the_extra_agents():
-    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "h", "WORLD_SIZE": "8",
+def test_torchrun_with_several_procs_per_node_makes_each_process_a_rank():
+    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "h", "WORLD_SIZE": "8", "RANK": "3",
            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "LOCAL_RANK": "1"}  # fmt: skip
-    with pytest.raises(ConfigError, match="local rank 1"):
+    c = make(env)
+    assert (c.nodes, c.node_rank, c.procs_per_node) == (4, 1, 2)
+    assert c.local == LocalRank(rank=3, local_rank=1, local_world=2, world_size=8)
+    assert not c.local.leader and make({**env, "LOCAL_RANK": "0"}).local.leader
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [({"RANK": None}, "LOCAL_WORLD_SIZE=2 processes per node, but RANK not set"),
+     ({"LOCAL_RANK": "2"}, "LOCAL_RANK=2: expected 0..1 (LOCAL_WORLD_SIZE=2)"),
+     ({"RANK": "8"}, "RANK=8: expected 0..7 (WORLD_SIZE)")],
+)  # fmt: skip
+def test_several_procs_per_node_with_bad_rank_variables_say_which(change, said):
+    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "h", "WORLD_SIZE": "8", "RANK": "3",
+           "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "LOCAL_RANK": "1"}  # fmt: skip
+    env = {k: v for k, v in {**env, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=re.escape(said)):
         make(env)
+
+
+def test_procs_per_node_flag_contradicting_the_launcher_is_refused():
+    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "h", "WORLD_SIZE": "4", "RANK": "0",
+           "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "LOCAL_RANK": "0"}  # fmt: skip
+    with pytest.raises(ConfigError, match="--procs-per-node 4: the launcher started 2"):
+        config_from_args(env=env, procs_per_node=4)
+
+
+def test_srun_two_tasks_per_node():
+    env = {**SRUN_TASK, "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_LOCALID": "1", "SLURM_PROCID": "3"}  # fmt: skip
+    c = make(env)
+    assert (c.nodes, c.node_rank, c.local) == (2, 1, LocalRank(3, 1, 2, 4))
 
 
 def test_slurm_env():
@@ -156,6 +187,7 @@ def test_mpirun_with_several_procs_per_node():
     env = {**OMPI, "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_RANK": "3",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}  # fmt: skip
     assert (make(env).nodes, make(env).node_rank) == (2, 1)
+    assert make(env).local == LocalRank(rank=3, local_rank=0, local_world=3, world_size=6)
     with pytest.raises(ConfigError, match="OMPI_COMM_WORLD_SIZE=7 is not a multiple of "):
         make({**env, "OMPI_COMM_WORLD_SIZE": "7"})
 
@@ -302,3 +334,10 @@ def test_elastic_pytorchjob_pet_variables():
            "PET_MASTER_PORT": "23456", "MASTER_PORT": "23456"}  # fmt: skip
     c = make(env)
     assert (c.launcher, c.master, c.nodes, c.node_rank) == ("kubernetes", "ddp-master-0", 4, 2)
+
+
+def test_plain_env_with_a_local_rank_above_0_is_refused_saying_what_is_missing():
+    env = {"MASTER_ADDR": "h", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    with pytest.raises(ConfigError, match="local rank 1 but no launcher variable gives the "
+                       "processes per node"):  # fmt: skip
+        make(env)

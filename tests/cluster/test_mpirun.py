@@ -30,12 +30,12 @@ def mpi_lab(lab):
     return lab
 
 
-def mpirun_check(lab, tmp_path, *extra):
+def mpirun_check(lab, tmp_path, *extra, per_node=1):
     agent = write_rsh_agent(lab.net, tmp_path / "rsh-agent")
     out = tmp_path / "out"
     check = ["python", "-m", "nccldoctor", "check", "--out", str(out), "--port", PORT, *FAST,
              *extra]  # fmt: skip
-    argv = mpirun_argv(lab.net, agent, 1, check, export=["MASTER_ADDR"])
+    argv = mpirun_argv(lab.net, agent, per_node, check, export=["MASTER_ADDR"])
     env = check_env(os.environ, "", {"MASTER_ADDR": lab.hosts[0].address})
     del env["NCCLDOCTOR_NODE_NAME"]  # each process's hostname is its node's
     proc = start_mpirun(lab.net, argv, env, cwd=tmp_path, stdout=subprocess.PIPE,
@@ -66,3 +66,28 @@ def test_mpirun_with_a_firewalled_node_exits_1(mpi_lab, tmp_path):
                if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
     assert blocked == ["node1"]
     assert found["check-cluster"]["exit_code"] == 1
+
+
+def test_mpirun_two_processes_per_node_are_the_ranks(mpi_lab, tmp_path):
+    rc, output, found = mpirun_check(mpi_lab, tmp_path, per_node=2)
+    assert rc == 0, output[-3000:]
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
+    # OMPI_COMM_WORLD_RANK is each process's rank; local rank 0 of each node ran its agent.
+    ranks = [
+        (r["rank"], r["node"], r["local_rank"], r["state"]) for r in found["check-cluster"]["ranks"]
+    ]
+    assert ranks == [(0, "node0", 0, "ok"), (1, "node0", 1, "ok"), (2, "node1", 0, "ok"),
+                     (3, "node1", 1, "ok")]  # fmt: skip
+    assert output.count("Report: ") == 4  # every process showed the verdict and exited 0
+
+
+def test_mpirun_two_processes_per_node_with_a_firewalled_node_exit_1(mpi_lab, tmp_path):
+    rendezvous_only_firewall(mpi_lab.hosts[1])
+    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}",
+                                     per_node=2)  # fmt: skip
+    assert rc == 1, output[-3000:]  # mpirun's status is the check's: no process exited first
+    blocked = [f["node"] for f in found["check-node1"]["findings"]
+               if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
+    assert blocked == ["node1"]
+    assert found["check-cluster"]["exit_code"] == 1
+    assert output.count("Report: ") == 4

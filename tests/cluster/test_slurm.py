@@ -6,11 +6,15 @@ on their own exit status (what a pipeline sees), then on the reports the tasks w
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
 import secrets
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,10 +51,17 @@ def run(lab: SlurmLab, argv: list[str], cwd: Path, extra: dict | None = None):
     return proc.returncode, out, err
 
 
-def srun_check(lab: SlurmLab, out: Path, *extra: str) -> tuple[int, str, str]:
-    argv = ["srun", "-N2", "--ntasks-per-node=1", "python", "-m", "nccldoctor", "check",
-            "--out", str(out), *FAST, *extra]  # fmt: skip
-    return run(lab, argv, out.parent)
+def srun_check(
+    lab: SlurmLab, out: Path, *extra: str, per_node: int = 1, env: dict | None = None
+) -> tuple[int, str, str]:
+    argv = ["srun", "-N2", f"--ntasks-per-node={per_node}", "--label", "python", "-m",
+            "nccldoctor", "check", "--out", str(out), *FAST, *extra]  # fmt: skip
+    return run(lab, argv, out.parent, env)
+
+
+def reported_by(out: str) -> list[int]:
+    """The tasks (``srun --label``'s prefix) that printed a report's path."""
+    return sorted({int(task) for task in re.findall(r"^\s*(\d+): Report: ", out, re.M)})
 
 
 def firewall_ephemeral_ports(lab: SlurmLab, host: int) -> None:
@@ -86,6 +97,148 @@ def test_srun_with_a_firewalled_node_fails_the_step(slurm, tmp_path):
     assert [f["node"] for f in node["findings"] if f["id"] == "run.ephemeral-port-blocked"] == [
         "node1"
     ]
+
+
+def test_srun_two_tasks_per_node_healthy(slurm, tmp_path):
+    rc, out, err = srun_check(slurm, tmp_path / "out", per_node=2)
+    assert rc == 0, err[-3000:]
+    found = reports(tmp_path / "out")
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
+    ranks = found["check-cluster"]["ranks"]
+    # Each task is the rank srun gave it (SLURM_PROCID), two per node, none forked twice.
+    assert [(r["rank"], r["node"], r["local_rank"], r["state"]) for r in ranks] == [
+        (0, "node0", 0, "ok"), (1, "node0", 1, "ok"), (2, "node1", 0, "ok"), (3, "node1", 1, "ok"),
+    ]  # fmt: skip
+    assert reported_by(out) == [0, 1, 2, 3]  # every task showed the verdict and exited 0
+
+
+def test_srun_two_tasks_per_node_with_a_firewalled_node(slurm, tmp_path):
+    firewall_ephemeral_ports(slurm, 1)
+    out = tmp_path / "out"
+    rc, stdout, err = srun_check(slurm, out, "--phase-timeout", f"init={STALL_S}", per_node=2)
+    assert rc == 1, err[-3000:]  # every task exits with the check's verdict, none with its own
+    blocked = [f["node"] for f in reports(out)["check-node1"]["findings"]
+               if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
+    assert blocked == ["node1"]
+    assert reports(out)["check-cluster"]["exit_code"] == 1
+    assert reported_by(stdout) == [0, 1, 2, 3]
+
+
+def task_pid(procid: int, out: Path) -> int | None:
+    """The pid of the check's task ``procid`` (SLURM_PROCID) writing to ``out``: the oldest
+    such process, not the worker a local rank 0 forked (it inherits the task's env)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if str(out).encode() in argv and f"SLURM_PROCID={procid}".encode() in environ:
+            found.append(int(proc.name))
+    return min(found, default=None)
+
+
+def kill_when_in(
+    out: Path, procid: int, node: str, phase: str, timeout: float, sig: int = signal.SIGTERM
+) -> int | None:
+    """``sig`` to task ``procid`` once its rank's events say it entered ``phase``; its pid."""
+    events = out / node / f"rank{procid}" / "events.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if f'"phase": "{phase}", "status": "start"' in events.read_text():
+                pid = task_pid(procid, out)
+                if pid is not None:
+                    os.kill(pid, sig)
+                return pid
+        time.sleep(0.2)
+    return None
+
+
+def test_srun_task_killed_mid_run_every_other_task_reports_it(slurm, tmp_path):
+    # Bad input: rank 3 (node1's second task) gets SIGTERM in the DDP step, as from scancel or
+    # srun's time limit; held there by a hang so that the signal lands mid-collective.
+    out = tmp_path / "out"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(kill_when_in, out, 3, "node1", "ddp", HEALTHY_DEADLINE)
+        started = time.monotonic()
+        rc, stdout, err = srun_check(slurm, out, per_node=2,
+                                     env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=3"})  # fmt: skip
+        elapsed = time.monotonic() - started
+    assert killed.result() is not None, err[-3000:]
+    assert rc in (1, 3), err[-3000:]
+    cluster = reports(out)["check-cluster"]
+    assert rc == cluster["exit_code"]  # every task, the killed one too, exits with the verdict
+    assert reported_by(stdout) == [0, 1, 2, 3], stdout[-3000:]
+    row = next(r for r in cluster["ranks"] if r["rank"] == 3)
+    assert (row["node"], row["phase_reached"]) == ("node1", "ddp")
+    assert "stopped by SIGTERM" in row["error"]
+    assert cluster["hang"]["verdict"].startswith(
+        "rank 3 on node node1 failed in ddp: stopped by SIGTERM"
+    ), cluster["hang"]
+    assert elapsed < HEALTHY_DEADLINE, elapsed  # the survivors' deadlines, not srun's patience
+
+
+def scancel_when_in(lab: SlurmLab, out: Path, node: str, rank: int, phase: str) -> float | None:
+    """``scancel`` the lab's job once rank ``rank`` entered ``phase``; when (time.time())."""
+    events = out / node / f"rank{rank}" / "events.jsonl"
+    deadline = time.monotonic() + HEALTHY_DEADLINE
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if f'"phase": "{phase}", "status": "start"' in events.read_text():
+                jobs = lab.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+                sent = time.time()
+                lab.run(["scancel", *jobs])
+                return sent
+        time.sleep(0.2)
+    return None
+
+
+def test_scancel_mid_run_every_task_writes_its_report_before_the_kill(slurm, tmp_path):
+    # scancel: SIGTERM to every task, SIGKILL KillWait (5 s in the lab) later.
+    out = tmp_path / "out"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(scancel_when_in, slurm, out, "node1", 3, "ddp")
+        rc, stdout, err = srun_check(slurm, out, per_node=2,
+                                     env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=3"})  # fmt: skip
+    scancelled = sent.result()
+    assert scancelled is not None, err[-3000:]
+    assert rc != 0
+    found = reports(out)
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"], sorted(found)
+    for name in ("check-node0", "check-node1"):
+        assert found[name]["run"]["aborted"] == "interrupted by SIGTERM"
+        assert (out / f"{name}.json").stat().st_mtime < scancelled + 5  # before the SIGKILL
+    ranks = {r["rank"]: r for r in found["check-node1"]["ranks"]}
+    assert "stopped by SIGTERM" in ranks[3]["error"], ranks[3]
+    assert reported_by(stdout) == [0, 1, 2, 3], stdout[-3000:]
+
+
+def test_srun_local_rank_0_killed_its_other_task_reports_it(slurm, tmp_path):
+    # Bad input: node1's first task (local rank 0, its node agent) dies without a word in the
+    # DDP step. Its second task hears it from the closed connection, writes its own report
+    # naming it and exits 3; node0's tasks name node1 as lost.
+    out = tmp_path / "out"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(kill_when_in, out, 2, "node1", "ddp", HEALTHY_DEADLINE,
+                             signal.SIGKILL)  # fmt: skip
+        started = time.monotonic()
+        rc, stdout, err = srun_check(slurm, out, per_node=2,
+                                     env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=2"})  # fmt: skip
+        elapsed = time.monotonic() - started
+    assert killed.result() is not None, err[-3000:]
+    found = reports(out)
+    own = found["check-node1-rank3"]
+    assert own["exit_code"] == 3
+    assert own["run"]["aborted"].startswith(
+        "rank 3 (local rank 1 on node1): local rank 0 of this node ended (its connection closed)"
+    ), own["run"]["aborted"]
+    assert [f["id"] for f in own["findings"] if f["severity"] == "fail"] == ["run.incomplete"]
+    assert "node1" in json.dumps(found["check-cluster"]["hang"])  # the master names it lost
+    assert reported_by(stdout) == [0, 1, 3], stdout[-3000:]
+    assert rc != 0
+    assert elapsed < HEALTHY_DEADLINE, elapsed
 
 
 def docs_script() -> str:

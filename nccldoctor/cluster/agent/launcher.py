@@ -21,6 +21,7 @@ reads it. Where the agent could not import torch, or torch says a child could no
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import signal
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccldoctor.cluster.agent.local import FollowerProcess
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
 from nccldoctor.cluster.worker.workerwatch import STOP_SIGNALS
@@ -52,6 +54,23 @@ class WorkerSpec:
     timeouts: Timeouts
     mnist_root: str | None
     out: Path  # this node's output folder; rank folders go under it
+
+    def to_dict(self) -> dict:
+        """What local rank 0 hands a follower (agent/local.py); the timeouts are the follower's
+        own, from the same command line and environment."""
+        return {f.name: str(v) if isinstance(v, Path) else v for f in dataclasses.fields(self)
+                for v in [getattr(self, f.name)] if f.name != "timeouts"}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object], timeouts: Timeouts) -> WorkerSpec:
+        """Raises: ValueError (a key missing or unknown, the folder not a path)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"timeouts"}
+        if set(data) != names:
+            raise ValueError(f"worker spec: keys {sorted(data)}, expected {sorted(names)}")
+        try:
+            return cls(**{**data, "out": Path(str(data["out"]))}, timeouts=timeouts)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise ValueError(f"worker spec: {exc}") from None
 
 
 @dataclass
@@ -104,21 +123,34 @@ def launch(spec: WorkerSpec, base_env: Mapping[str, str], fork: bool = False) ->
     ``fork``: the ranks are forked from this process, which must hold torch and leave CUDA usable
     to a child (:func:`forkable`); otherwise each is a fresh ``--config`` process.
     """
-    launched = []
-    for local_rank in range(spec.local_world):
-        rank = spec.rank_offset + local_rank
-        directory = rank_dir(spec, rank)
-        directory.mkdir(parents=True, exist_ok=True)
-        config = worker_config(spec, rank).write(directory / "config.json")
-        env = worker_env(spec, rank, local_rank, base_env)
-        log_path = directory / "worker.log"
-        if fork:
-            proc: Process = ForkedWorker.start(config, env, log_path)
-        else:
-            argv = ["-m", "nccldoctor.cluster.worker.rank", "--config", str(config)]
-            proc = _start(argv, env, log_path, stdin=subprocess.DEVNULL)
-        launched.append(Launched(rank, local_rank, directory, proc, log_path))
-    return launched
+    return [
+        launch_one(spec, spec.rank_offset + local_rank, local_rank, base_env, fork)
+        for local_rank in range(spec.local_world)
+    ]
+
+
+def launch_one(
+    spec: WorkerSpec, rank: int, local_rank: int, base_env: Mapping[str, str], fork: bool
+) -> Launched:
+    """Start one rank (see :func:`launch`)."""
+    directory = prepare(spec, rank)
+    config = directory / "config.json"
+    env = worker_env(spec, rank, local_rank, base_env)
+    log_path = directory / "worker.log"
+    if fork:
+        proc: Process = ForkedWorker.start(config, env, log_path)
+    else:
+        argv = ["-m", "nccldoctor.cluster.worker.rank", "--config", str(config)]
+        proc = _start(argv, env, log_path, stdin=subprocess.DEVNULL)
+    return Launched(rank, local_rank, directory, proc, log_path)
+
+
+def prepare(spec: WorkerSpec, rank: int) -> Path:
+    """The rank's folder, its config.json written into it."""
+    directory = rank_dir(spec, rank)
+    directory.mkdir(parents=True, exist_ok=True)
+    worker_config(spec, rank).write(directory / "config.json")
+    return directory
 
 
 def forkable() -> bool:
@@ -186,7 +218,7 @@ class ForkedWorker:
         return self.returncode
 
 
-Process = subprocess.Popen | ForkedWorker
+Process = subprocess.Popen | ForkedWorker | FollowerProcess
 
 
 def _start(argv: list[str], env: dict[str, str], log_path: Path, stdin: int) -> subprocess.Popen:

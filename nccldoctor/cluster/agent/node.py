@@ -6,9 +6,11 @@ then the report (gather). Each lives in its own module under ``phases/`` with on
 is recorded in ``phases``. The master (node rank 0, or the node owning ``--master``) also hosts
 the store and the gate, and after the exit barrier merges every node's report into the cluster
 report. torch is imported in the background as the agent starts, the store's part first, and
-the workers are forked from the agent with it loaded (launcher). Any way out — success, a
-failed phase, an error, SIGINT/SIGTERM — goes through one ``finally`` that ends the workers and
-writes the report(s).
+the workers are forked from the agent with it loaded (launcher). When the launcher started
+several processes per node, local rank 0 is the agent, forks the worker of its own rank only,
+and hands the world to the others, which run theirs themselves (local.py, follower.py). Any
+way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one ``finally``
+that ends the workers and writes the report(s).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent import rendezvous, watchdog
+from nccldoctor.cluster.agent import local, rendezvous, watchdog
 from nccldoctor.cluster.agent.phases import (
     bootstrap,
     ports,
@@ -83,6 +85,7 @@ class NodeAgent:
         # what the workers use, while the phases up to theirs run.
         state.torch = state.background.submit(_import_torch, state.torch_loaded)
         try:
+            self._open_local()
             for name, step in PHASES:
                 with self.phase(name) as row:
                     step(state, row)
@@ -99,13 +102,29 @@ class NodeAgent:
             if state.launched and not run.ranks:  # interrupted while watching the workers
                 watch = watchdog.observe(state.launched, run.node, str(run.aborted))
                 run.ranks, run.rank_phases, run.worker_results = results.worker_sections(watch)
-            return report.run(state)
+            shown, path = report.run(state)
+            if state.leader:  # the node's other processes show this report and exit with it
+                code = shown.exit_code if state.verdict is None else state.verdict
+                state.leader.announce(code, path)
+            return shown, path
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             state.background.shutdown(wait=False, cancel_futures=True)
             if state.gate:
                 state.gate.close()
+            if state.leader:
+                state.leader.close()
+
+    def _open_local(self) -> None:
+        """Local rank 0 of several: the socket the node's other processes wait on."""
+        me = self.state.config.local
+        if me is None:
+            return
+        try:
+            self.state.leader = local.Leader(self.state.config.port, me.local_world, me.world_size)
+        except local.LocalError as exc:
+            raise PhaseFailed(f"local: {exc}") from None
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self._stopping:
@@ -166,7 +185,12 @@ def run_check(
     progress: Progress | None = None,
 ) -> tuple[Report, Path, int]:
     """Run `nccldoctor check` on this node: the report to show, where it was written, and the
-    exit code, the cluster's verdict wherever this node heard it (else its own report's)."""
+    exit code, the cluster's verdict wherever this node heard it (else its own report's). A
+    launcher's process other than local rank 0 is a follower (follower.py)."""
+    if config.local is not None and not config.local.leader:
+        from nccldoctor.cluster.agent.follower import run_follower
+
+        return run_follower(config, env, command, progress)
     agent = NodeAgent(config, env, command, progress)
     report, path = agent.execute()
     verdict = agent.state.verdict

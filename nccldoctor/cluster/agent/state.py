@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent import launcher, rendezvous
+from nccldoctor.cluster.agent import launcher, local, rendezvous
 from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
@@ -37,6 +37,7 @@ class AgentState:
     store: Any = None
     keys: rendezvous.Keys | None = None
     gate: Gate | None = None
+    leader: local.Leader | None = None  # local rank 0 of several processes per node
     launched: list[launcher.Launched] = field(default_factory=list)
     entries: list[rendezvous.NodeEntry] = field(default_factory=list)
     bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None

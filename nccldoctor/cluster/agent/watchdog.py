@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nccldoctor.cluster.agent.launcher import Launched
+from nccldoctor.cluster.agent.local import FollowerProcess, stop_followers
 from nccldoctor.cluster.records import phase_budget
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
@@ -188,5 +189,8 @@ def collect_evidence(ranks: list[RankWatch], backend: str) -> None:
 
 
 def stop(launched: list[Launched], term_wait_s: float = 2.0) -> None:
-    """SIGTERM every live worker's session, then SIGKILL what is left after ``term_wait_s``."""
-    stop_groups([item.proc for item in launched], term_wait_s)
+    """SIGTERM every live worker's session, then SIGKILL what is left after ``term_wait_s``;
+    a follower (another process of the launcher's, agent/local.py) is signalled alone."""
+    procs = [item.proc for item in launched]
+    stop_groups([p for p in procs if not isinstance(p, FollowerProcess)], term_wait_s)
+    stop_followers([p for p in procs if isinstance(p, FollowerProcess)], term_wait_s)

@@ -2,8 +2,9 @@
 
 Launched by the node agent with torchrun-style env (RANK, WORLD_SIZE, LOCAL_RANK, ...;
 MASTER_ADDR:MASTER_PORT is the agents' TCPStore), as a process of its own or forked from the
-agent, which has torch loaded already (:func:`forked_main`). It runs the phases of
-``cluster/records.py`` in their order, each under its deadline there. Everything the
+agent, which has torch loaded already (:func:`forked_main`), or run by a launcher's own process
+that is one rank of the check (:class:`Worker` in cluster/agent/follower.py). It runs the phases
+of ``cluster/records.py`` in their order, each under its deadline there. Everything the
 agent needs lands in the config's rank_dir (docs/design.md#records, and the launcher): events.jsonl as it goes,
 result.json on every exit path, stacks.txt on SIGUSR1 or at a missed deadline.
 Exit status: 0 all good, 1 a check failed (wrong results, replicas differ), 3 error or timeout.
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,17 @@ class RankEnv:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        env: Mapping[str, str],
+        end: Callable[[int], NoReturn] = os._exit,
+    ) -> None:
+        """``end(code)``: how the process ends when a deadline passes or a stop signal comes,
+        from the phase watch's thread, after result.json is written (a launcher's process that
+        is one rank first waits for the check's verdict: agent/follower.py)."""
         self.config = config
+        self._end = end
         self.setup_error: str | None = None
         try:
             self.ids = RankEnv.from_env(env)
@@ -154,7 +164,7 @@ class Worker:
         if self.finish(EXIT_ERROR, error):
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(EXIT_ERROR)
+            self._end(EXIT_ERROR)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -1,11 +1,14 @@
-"""Workers: launch this node's ranks (launcher) and watch them to the end (watchdog)."""
+"""Workers: launch this node's ranks (launcher) and watch them to the end (watchdog). With several
+processes per node, local rank 0 forks its own rank's worker and hands the world to the others,
+which run theirs (agent/local.py); the watchdog watches them all alike."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from nccldoctor.cluster.agent import launcher, watchdog
-from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.agent import launcher, local, watchdog
+from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
 from nccldoctor.cluster.diagnosis import results
 
 
@@ -28,7 +31,10 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         out=state.node_dir,
     )
     run.workers_started = True
-    state.launched = launcher.launch(spec, state.env, fork=_can_fork(state))
+    if c.local is None:
+        state.launched = launcher.launch(spec, state.env, fork=_can_fork(state))
+    else:
+        state.launched = _per_process(state, spec)
     watch = watchdog.watch_ranks(
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress
     )
@@ -39,6 +45,37 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     elif bad:
         row["status"] = "fail"
         row["detail"] = ", ".join(f"rank {r.rank} {r.state}" for r in bad)
+
+
+def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.Launched]:
+    """Local rank 0 of several: its own rank forked, the others handed the spec. The ranks are
+    the launcher's (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK), as a training job's would be."""
+    me, leader, t = state.config.local, state.leader, state.config.timeouts
+    assert me is not None and leader is not None
+    if spec.world_size != me.world_size:
+        raise PhaseFailed(
+            f"workers: the nodes that came make a world of {spec.world_size} ranks, the launcher "
+            f"started {me.world_size} processes; every node must run the same number"
+        )
+    followers = leader.wait_joined(time.monotonic() + t.startup)
+    missing = leader.missing()
+    if missing:
+        refused = f" (refused: {'; '.join(leader.refused)})" if leader.refused else ""
+        raise PhaseFailed(
+            f"workers: local rank(s) {', '.join(map(str, missing))} of this node never reached "
+            f"local rank 0 within {t.startup:.0f} s{refused}"
+        )
+    launched = []
+    for follower in followers:  # first: they set up while this process finishes its imports
+        directory = launcher.prepare(spec, follower.rank)
+        log_path = directory / "worker.log"
+        proc = local.FollowerProcess(follower, log_path)
+        follower.lines.send({"spec": spec.to_dict()})
+        launched.append(
+            launcher.Launched(follower.rank, follower.local_rank, directory, proc, log_path)
+        )
+    own = launcher.launch_one(spec, me.rank, 0, state.env, fork=_can_fork(state))
+    return [own, *launched]
 
 
 def _can_fork(state: AgentState) -> bool:
