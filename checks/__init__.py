@@ -31,7 +31,9 @@ Adding a check is one decorated function in the module of its area; nothing else
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,11 +124,21 @@ def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callab
     def decorate(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
         if scope in _SCOPE_MODULES and func.__module__ != f"{__name__}.{scope}":
             raise ValueError(f"check {id}: a {scope}-scope rule lives in {__name__}/{scope}.py")
-        doc = (func.__doc__ or "").strip().splitlines()
-        register(Check(id, area, category, scope, func, doc[0] if doc else ""))
+        register(Check(id, area, category, scope, func, summary(func.__doc__)))
         return func
 
     return decorate
+
+
+def summary(doc: str | None) -> str:
+    """A docstring's first sentence (its first paragraph when no sentence ends in it): a
+    docstring's first line is often cut mid-sentence by the line length."""
+    paragraph = " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    end = _SENTENCE_END.search(paragraph)
+    return paragraph[: end.start() + 1] if end else paragraph
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z`(\"'])")
 
 
 def register(entry: Check) -> None:

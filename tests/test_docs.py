@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import Check, Problem, all_checks
+from checks import Check, Problem, all_checks, summary
 from nccldoctor.docs import finding_doc_path
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
 from nccldoctor.docs.pages import render_check_page, render_index
@@ -392,3 +392,14 @@ def test_the_readme_layout_lists_every_package_and_only_real_ones():
     }
     unlisted = unlisted_packages(layout, packages)
     assert not unlisted, f"packages missing from the README's layout: {unlisted}"
+
+
+def test_every_rules_summary_is_a_whole_sentence():
+    # The summary is the first sentence however the docstring wraps it, never a cut line.
+    assert summary("""A node outlived the master: its store stopped answering after
+    rendezvous. The ranks here saw it go.""") == (
+        "A node outlived the master: its store stopped answering after rendezvous."
+    )
+    rules = [c for c in all_checks() if c.func.__doc__]
+    cut = [c.id for c in rules if not c.doc.endswith((".", ")", ":", "?"))]
+    assert rules and cut == []
