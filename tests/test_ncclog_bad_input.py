@@ -53,3 +53,11 @@ def test_only_nul_bytes_is_a_log_without_nccl_output(tmp_path: Path) -> None:
     assert rc == 0  # a warning: it says how to get NCCL to log
     assert "Traceback" not in stderr
     assert [f["id"] for f in doc["findings"] if f["severity"] != "ok"] == ["logs.no-nccl-output"]
+
+
+def test_every_real_log_as_one_ticket() -> None:
+    # Unrelated jobs, pasted forms and NCCL versions in one folder: processes that share a
+    # host:pid key are folded together although one saw lines the other did not.
+    rc, doc, stderr = _explain(str(REPO / "tests" / "fixtures" / "real"))
+    assert rc in (0, 1, 3) and "Traceback" not in stderr
+    assert doc["findings"] and doc["nccl"]["nccl_version"]

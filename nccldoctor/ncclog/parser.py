@@ -108,6 +108,8 @@ def _merge_into(mine: object, other: object) -> None:
     """Fold a second record of the same process (e.g. stdout and NCCL_DEBUG_FILE) into the first."""
     for f in fields(mine):  # type: ignore[arg-type]
         a, b = getattr(mine, f.name), getattr(other, f.name)
+        if b is None:  # the second record did not see it (e.g. no bootstrap line there)
+            continue
         if f.name == "last_op":
             if b is not None and (a is None or b.op_count > a.op_count):
                 setattr(mine, f.name, b)
