@@ -184,13 +184,14 @@ class SourceParser:
         result.lines += n_lines
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
             spans = self._spans(data, start, end)
-            for first, stop in spans:  # needles inside those lines are not counted lines
-                n_coll -= data.count(COLL_NEEDLE, first, stop)
-                n_call -= data.count(CALL_NEEDLE, first, stop)
+            raws = [data[first:stop] for first, stop in spans]
+            found = b"\n".join(raws)  # needles inside those lines are not counted lines
+            n_coll -= found.count(COLL_NEEDLE)
+            n_call -= found.count(CALL_NEEDLE)
             if len(spans) + n_coll + n_call == n_lines:
-                self._parse_spans(data, start, end, spans)
+                self._parse_spans(data, start, end, spans, raws)
             else:  # lines without NCCL: the application's
-                n_coll = self._application(data, start, end, spans, n_call)
+                n_coll = self._application(data, start, end, spans, raws, n_call)
         result.coll_lines += n_coll
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
@@ -208,23 +209,37 @@ class SourceParser:
                 spans.append((max(start, data.rfind(b"\n", start, at) + 1), stop))
         return spans
 
-    def _parse_spans(self, data: bytes, start: int, end: int, spans: list[tuple[int, int]]) -> None:
-        """Parse the lines at ``spans``; the application lines around them are not read, so a
-        terminal's wrap across one of them is joined here (the line before, the line after)."""
-        for first, stop in spans:
+    def _parse_spans(
+        self, data: bytes, start: int, end: int, spans: list[tuple[int, int]], raws: list[bytes]
+    ) -> None:
+        """Parse the lines ``raws`` at ``spans``. The application lines around them are not
+        read, so a terminal's wrap across one of them is joined here (the line before, after)."""
+        memo, result = self._memo, self.result
+        folded = 0
+        for (first, stop), raw in zip(spans, raws, strict=True):
+            hit = memo.get(raw)
+            if hit is not None:  # most of them: a line seen before (the algorithm of each call)
+                key, kind, match, env, text = hit
+                proc = result.processes[key]
+                kind.fold(proc, match, env)
+                proc.last_line = text
+                folded += 1
+                continue
             if self._identify and first > start:
                 before = data[data.rfind(b"\n", start, first - 1) + 1 : first - 1]
                 if HAS_NCCL(before) is None:
                     text = _text(before)
                     self._wrapped = text if len(text) >= WRAP_MIN else None
             wrapped = self._wrapped
-            self._parse(data[first:stop])
+            if raw:
+                self.line(raw)
             if self._wrapped is not None and self._wrapped is not wrapped and stop + 1 < end:
                 after = data[stop + 1 : data.find(b"\n", stop + 1, end)]
                 if HAS_NCCL(after) is None:  # this long line was cut: try it with the next
                     joined = self._wrapped + _text(after)
-                    record(self.result.signatures, self._identify, joined, None)  # type: ignore[arg-type]
+                    record(result.signatures, self._identify, joined, None)  # type: ignore[arg-type]
                     self._wrapped = None
+        result.nccl_lines += folded
 
     def _parse(self, raw: bytes) -> None:
         """One line that is not a counted one (a line seen before is folded from the memo)."""
@@ -240,7 +255,13 @@ class SourceParser:
         self.result.nccl_lines += 1
 
     def _application(
-        self, data: bytes, start: int, end: int, spans: list[tuple[int, int]], n_call: int
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        spans: list[tuple[int, int]],
+        raws: list[bytes],
+        n_call: int,
     ) -> int:
         """Account for the lines without NCCL too; when their shapes say something may be in
         them, read the region line by line in order. Return the counted collective lines."""
@@ -248,7 +269,7 @@ class SourceParser:
         lines.pop()  # regions end with a newline
         app = list(filterfalse(HAS_NCCL, lines))
         if self._quiet(app):
-            self._parse_spans(data, start, end, spans)
+            self._parse_spans(data, start, end, spans, raws)
             self.result.other_lines += len(app) - app.count(b"")
         else:
             for raw in lines:
