@@ -7,6 +7,7 @@ process record, the regex match and the line's envelope. Names here follow NCCL'
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ _CANON.update({"COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain
 _CANON["NVLS_TREE"] = "NVLSTree"
 
 
+@functools.lru_cache(maxsize=256)  # twice per call on rank 0: the same few names
 def canonical(name: str, numbered: tuple[str, ...]) -> str:
     """``RING``/``1``/``Ring`` -> ``Ring`` (per-call lines are upper case 2.24+, numeric 2.20–2.23)."""
     if name.isdigit():
@@ -256,8 +258,11 @@ def tuned_comm(p: ProcessLog) -> CommRank:
     """The communicator a per-call tuning line is about. They come long after init, and only
     rank 0 of a communicator prints them (enqueue.cc): the one this process is rank 0 of, the
     largest if several; the one initialised last when the log does not say."""
-    zero = [c for c in p.comms.values() if c.rank == 0]
-    return max(zero, key=lambda c: c.nranks or 0) if zero else p.comm()
+    best = None
+    for c in p.comms.values():  # once per call on rank 0: a loop, not a list and a max()
+        if c.rank == 0 and (best is None or (c.nranks or 0) > (best.nranks or 0)):
+            best = c
+    return best if best is not None else p.comm()
 
 
 def algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:

@@ -149,6 +149,7 @@ class SourceParser:
         self._shapes: set[tuple[bytes, bytes]] = set()  # application line pairs looked at
         self._loud: set[tuple[bytes, bytes]] = set()  # ... and those worth reading line by line
         self._prev_shape = b""
+        self._app = False  # whether the source has lines without NCCL (stdout, not a rank file)
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -166,47 +167,69 @@ class SourceParser:
 
     def feed(self, data: bytes, start: int, end: int) -> None:
         """Take the whole lines ``data[start:end]``."""
-        n_coll = self._region(data, start, end)
+        n_coll, unmet = self._region(data, start, end)
         if n_coll:
-            self._latest(data, start, end, n_coll)
+            self._latest(data, start, end, unmet)
             self._last_coll = (data, start, end)
         self._mark_last(data, start, end)
 
-    def _region(self, data: bytes, start: int, end: int) -> int:
+    def _region(self, data: bytes, start: int, end: int) -> tuple[int, bool | None]:
         """Account for every line of ``data[start:end]``, parse those worth it; return how many
-        collective lines were only counted."""
+        collective lines were only counted, and whether some are of communicators not met yet
+        (None: not counted, there are too many communicators to count each)."""
         result = self.result
         n_lines = data.count(b"\n", start, end)
-        n_coll = data.count(COLL_NEEDLE, start, end)
         if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
         result.lines += n_lines
+        needles = self._comm_needles()
+        n_known = -1
+        if len(needles) <= EXACT_COMMS:  # a rank's own file: one or two communicators
+            n_known = sum(data.count(needle, start, end) for needle in needles.values())
+            if n_known + n_call == n_lines:  # only their collectives and CALLs: counted
+                self._count(n_known, n_call)
+                return n_known, False
+        # with the application's lines in the source, the lines themselves give n_coll
+        n_coll = 0 if self._app else data.count(COLL_NEEDLE, start, end)
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
-            spans = self._spans(data, start, end)
+            spans = self._spans(data, start, end, n_lines - n_coll - n_call)
             raws = [data[first:stop] for first, stop in spans]
             found = b"\n".join(raws)  # needles inside those lines are not counted lines
             n_coll -= found.count(COLL_NEEDLE)
             n_call -= found.count(CALL_NEEDLE)
-            if len(spans) + n_coll + n_call == n_lines:
+            if not self._app and len(spans) + n_coll + n_call == n_lines:
                 self._parse_spans(data, start, end, spans, raws)
             else:  # lines without NCCL: the application's
                 n_coll = self._application(data, start, end, spans, raws, n_call)
+        self._count(n_coll, n_call)
+        return n_coll, None if n_known < 0 else n_coll > n_known
+
+    def _count(self, n_coll: int, n_call: int) -> None:
+        result = self.result
         result.coll_lines += n_coll
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
-        return n_coll
 
-    @staticmethod
-    def _spans(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
-        """Where the lines CANDIDATE finds are: (first byte, newline), in order."""
-        spans = []
-        stop = -1
-        for m in CANDIDATE.finditer(data, start, end):
-            at = m.start()
-            if at > stop:  # not a second NCCL on the line before
-                stop = data.find(b"\n", at, end)
-                spans.append((max(start, data.rfind(b"\n", start, at) + 1), stop))
+    def _spans(self, data: bytes, start: int, end: int, want: int) -> list[tuple[int, int]]:
+        """Where the lines CANDIDATE finds are: (first byte, newline), in order. ``want`` of
+        them make the block add up (more when some hold a counted needle): the search stops
+        there, so a rank file's init lines at the top of a block cost no pass over the rest."""
+        spans: list[tuple[int, int]] = []
+        stop, pos = -1, start
+        while len(spans) < want and pos < end:
+            for m in CANDIDATE.finditer(data, pos, end):
+                at = m.start()
+                if at > stop:  # not a second NCCL on the line before
+                    stop = data.find(b"\n", at, end)
+                    spans.append((max(start, data.rfind(b"\n", start, at) + 1), stop))
+                    if len(spans) == want:
+                        break
+            else:
+                break  # the whole block was searched
+            pos = stop + 1
+            found = b"\n".join(data[first:last] for first, last in spans)
+            want = len(spans) + found.count(COLL_NEEDLE) + found.count(CALL_NEEDLE)
         return spans
 
     def _parse_spans(
@@ -268,6 +291,7 @@ class SourceParser:
         lines = data[start:end].split(b"\n")
         lines.pop()  # regions end with a newline
         app = list(filterfalse(HAS_NCCL, lines))
+        self._app = self._app or bool(app)
         if self._quiet(app):
             self._parse_spans(data, start, end, spans, raws)
             self.result.other_lines += len(app) - app.count(b"")
@@ -302,16 +326,13 @@ class SourceParser:
             clean(chunk.decode("utf-8", "replace")),
         )
 
-    def _latest(self, data: bytes, start: int, end: int, n_coll: int) -> None:
-        """Parse each known communicator's latest collective in ``data[start:end]`` and meet
-        those no init line announced: with few communicators, exactly (their lines do not add
-        up to ``n_coll``: the block's last collectives are parsed); with many, where counting
-        each would cost a pass apiece, through the block's last collective line."""
-        needles = self._comm_needles()
-        known = len(needles)
-        if known <= EXACT_COMMS:
-            unmet = n_coll > sum(data.count(needle, start, end) for needle in needles.values())
-        else:
+    def _latest(self, data: bytes, start: int, end: int, unmet: bool | None) -> None:
+        """Parse each known communicator's latest collective in ``data[start:end]``, after
+        meeting those no init line announced: when ``unmet``, through the block's last
+        collectives; when not known (too many communicators to count each), through the
+        block's last collective line."""
+        if unmet is None:
+            known = len(self._needles)
             at = data.rfind(COLL_NEEDLE, start, end)
             self.line(data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)], True)
             unmet = len(self._comm_needles()) > known
