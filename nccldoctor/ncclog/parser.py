@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from itertools import filterfalse
+from itertools import filterfalse, pairwise
 
 from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
@@ -306,7 +306,8 @@ class SourceParser:
         or a TEXT_KINDS needle. Pairs, not lines: a terminal's wrap cuts a line in two. Both
         tests are blind to digits, so they are asked once per pair of shapes."""
         shapes = b"\n".join(app).translate(SHAPE).split(b"\n")
-        pairs = set(zip([self._prev_shape, *shapes], shapes, strict=False))
+        pairs = set(pairwise(shapes))
+        pairs.add((self._prev_shape, shapes[0]))
         self._prev_shape = shapes[-1]
         new = pairs - self._shapes
         if new:
