@@ -150,6 +150,7 @@ class SourceParser:
         self._loud: set[tuple[bytes, bytes]] = set()  # ... and those worth reading line by line
         self._prev_shape = b""
         self._app = False  # whether the source has lines without NCCL (stdout, not a rank file)
+        self._split_once = False
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -167,6 +168,14 @@ class SourceParser:
 
     def feed(self, data: bytes, start: int, end: int) -> None:
         """Take the whole lines ``data[start:end]``."""
+        if not self._split_once:  # a rank file's init, up to its first collective, on its own:
+            self._split_once = True  # its communicator is then known to the counting of the rest
+            at = data.find(COLL_NEEDLE, start, end)
+            cut = data.find(b"\n", at, end) + 1 if at >= 0 else -1
+            if start < cut < end:
+                self.feed(data, start, cut)
+                self.feed(data, cut, end)
+                return
         n_coll, unmet = self._region(data, start, end)
         if n_coll:
             self._latest(data, start, end, unmet)
@@ -190,6 +199,16 @@ class SourceParser:
             if n_known + n_call == n_lines:  # only their collectives and CALLs: counted
                 self._count(n_known, n_call)
                 return n_known, False
+            if needles and not self._app:  # and a few other NCCL lines (rank 0's tuning)?
+                spans = self._spans(data, start, end, n_lines - n_known - n_call)
+                raws = [data[first:stop] for first, stop in spans]
+                found = b"\n".join(raws)
+                n_coll = n_known - sum(found.count(needle) for needle in needles.values())
+                calls = n_call - found.count(CALL_NEEDLE)
+                if len(spans) + n_coll + calls == n_lines:
+                    self._parse_spans(data, start, end, spans, raws)
+                    self._count(n_coll, calls)
+                    return n_coll, False
         # with the application's lines in the source, the lines themselves give n_coll
         n_coll = 0 if self._app else data.count(COLL_NEEDLE, start, end)
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
