@@ -48,6 +48,8 @@ HAS_NCCL = re.compile(rb"NCCL").search  # a C function: filterfalse() calls it w
 TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles)
 SHAPE = bytes.maketrans(b"123456789", b"000000000")
 MAX_SHAPES = 1 << 15  # application line pairs remembered per source
+GROUP = 64  # application lines tested together when a block may hold something
+REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 EXACT_COMMS = 4  # up to this many communicators, a block's collectives are counted per comm
 MEMO_LIMIT = 4096
@@ -315,26 +317,54 @@ class SourceParser:
             self._parse_spans(data, start, end, spans, raws)
             self.result.other_lines += len(app) - app.count(b"")
         else:
-            for raw in lines:
-                if HAS_NCCL(raw) is None or CANDIDATE.search(raw):
-                    self._parse(raw)
+            self._in_order(lines, self._loud_groups(app))
         return len(lines) - len(app) - len(spans) - n_call
+
+    def _loud_groups(self, app: list[bytes]) -> set[int]:
+        """The groups of GROUP application lines (by index // GROUP) that may hold something,
+        each tested with the first line of the next (a wrap across the two)."""
+        shapes = [line.translate(SHAPE) for line in app]
+        return {
+            g
+            for g in range(0, len(app), GROUP)
+            if self._loud_text(b"".join(shapes[g : g + GROUP + 1]))
+        }
+
+    def _in_order(self, lines: list[bytes], loud: set[int]) -> None:
+        """Read a block line by line, in order: NCCL's other lines and the application's lines
+        in ``loud`` groups; the rest of the application's lines are only counted."""
+        n_app = 0
+        for raw in lines:
+            if HAS_NCCL(raw) is None:
+                if n_app - n_app % GROUP in loud:
+                    self._parse(raw)
+                elif raw:
+                    self.result.other_lines += 1
+                    text = _text(raw)  # a wrap's first half, for the line after it
+                    self._wrapped = text if len(text) >= WRAP_MIN else None
+                n_app += 1
+            elif CANDIDATE.search(raw):
+                self._parse(raw)
 
     def _quiet(self, app: list[bytes]) -> bool:
         """True when no pair of consecutive application lines may hold a signature (the gate)
         or a TEXT_KINDS needle. Pairs, not lines: a terminal's wrap cuts a line in two. Both
         tests are blind to digits, so they are asked once per pair of shapes."""
         shapes = b"\n".join(app).translate(SHAPE).split(b"\n")
+        prev, self._prev_shape = self._prev_shape, shapes[-1]
+        if len(set(shapes)) * REPEAT > len(shapes):  # lines that do not repeat: in bulk, as
+            return self._loud.isdisjoint(pairwise(shapes)) and not self._loud_text(  # they are
+                prev + b"".join(shapes)  # joined as they touch, and nothing remembered
+            )
         pairs = set(pairwise(shapes))
-        pairs.add((self._prev_shape, shapes[0]))
-        self._prev_shape = shapes[-1]
+        pairs.add((prev, shapes[0]))
         new = pairs - self._shapes
         if new:
-            if len(self._shapes) + len(new) > MAX_SHAPES:
+            if len(self._shapes) + len(new) > MAX_SHAPES or len(self._loud) > MAX_SHAPES:
                 self._shapes.clear()  # memory stays flat: a pair seen again is only re-checked
+                self._loud.clear()
             self._shapes |= new
-            chunk = b"\n".join(a + b for a, b in new)
-            if self._loud_text(chunk):  # something may be there: which pairs?
+            if self._loud_text(b"\n".join(a + b for a, b in new)):  # which pairs, then?
                 self._loud.update(pair for pair in new if self._loud_text(pair[0] + pair[1]))
         return self._loud.isdisjoint(pairs)
 
