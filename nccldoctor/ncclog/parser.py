@@ -188,43 +188,52 @@ class SourceParser:
         """Account for every line of ``data[start:end]``, parse those worth it; return how many
         collective lines were only counted, and whether some are of communicators not met yet
         (None: not counted, there are too many communicators to count each)."""
-        result = self.result
-        n_lines = data.count(b"\n", start, end)
         if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
-        result.lines += n_lines
+        if self._app:  # a launcher's stdout: its lines are split anyway and give the counts
+            spans, raws, found = self._find(data, start, end, end - start)
+            n_call -= found.count(CALL_NEEDLE)
+            n_coll, n_lines = self._application(data, start, end, spans, raws, n_call)
+            self.result.lines += n_lines
+            self._count(n_coll, n_call)
+            return n_coll, None
+        n_lines = data.count(b"\n", start, end)
+        self.result.lines += n_lines
         needles = self._comm_needles()
-        n_known = -1
-        if len(needles) <= EXACT_COMMS:  # a rank's own file: one or two communicators
+        n_known = None
+        if len(needles) <= EXACT_COMMS:  # a rank's own file: counted per communicator
             n_known = sum(data.count(needle, start, end) for needle in needles.values())
-            if n_known + n_call == n_lines:  # only their collectives and CALLs: counted
+            if n_known + n_call == n_lines:  # only their collectives and CALLs
                 self._count(n_known, n_call)
                 return n_known, False
-            if needles and not self._app:  # and a few other NCCL lines (rank 0's tuning)?
-                spans = self._spans(data, start, end, n_lines - n_known - n_call)
-                raws = [data[first:stop] for first, stop in spans]
-                found = b"\n".join(raws)
+            if needles:  # and a few other NCCL lines (rank 0's tuning of each call)?
+                spans, raws, found = self._find(data, start, end, n_lines - n_known - n_call)
                 n_coll = n_known - sum(found.count(needle) for needle in needles.values())
                 calls = n_call - found.count(CALL_NEEDLE)
                 if len(spans) + n_coll + calls == n_lines:
                     self._parse_spans(data, start, end, spans, raws)
                     self._count(n_coll, calls)
                     return n_coll, False
-        # with the application's lines in the source, the lines themselves give n_coll
-        n_coll = 0 if self._app else data.count(COLL_NEEDLE, start, end)
+        n_coll = data.count(COLL_NEEDLE, start, end)
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
-            spans = self._spans(data, start, end, n_lines - n_coll - n_call)
-            raws = [data[first:stop] for first, stop in spans]
-            found = b"\n".join(raws)  # needles inside those lines are not counted lines
-            n_coll -= found.count(COLL_NEEDLE)
+            spans, raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
+            n_coll -= found.count(COLL_NEEDLE)  # needles inside them are not counted lines
             n_call -= found.count(CALL_NEEDLE)
-            if not self._app and len(spans) + n_coll + n_call == n_lines:
+            if len(spans) + n_coll + n_call == n_lines:
                 self._parse_spans(data, start, end, spans, raws)
             else:  # lines without NCCL: the application's
-                n_coll = self._application(data, start, end, spans, raws, n_call)
+                n_coll, _ = self._application(data, start, end, spans, raws, n_call)
         self._count(n_coll, n_call)
-        return n_coll, None if n_known < 0 else n_coll > n_known
+        return n_coll, None if n_known is None else n_coll > n_known
+
+    def _find(
+        self, data: bytes, start: int, end: int, want: int
+    ) -> tuple[list[tuple[int, int]], list[bytes], bytes]:
+        """The candidate lines (see ``_spans``), their text and the text joined."""
+        spans = self._spans(data, start, end, want)
+        raws = [data[first:stop] for first, stop in spans]
+        return spans, raws, b"\n".join(raws)
 
     def _count(self, n_coll: int, n_call: int) -> None:
         result = self.result
@@ -306,9 +315,10 @@ class SourceParser:
         spans: list[tuple[int, int]],
         raws: list[bytes],
         n_call: int,
-    ) -> int:
+    ) -> tuple[int, int]:
         """Account for the lines without NCCL too; when their shapes say something may be in
-        them, read the region line by line in order. Return the counted collective lines."""
+        them, read the region line by line in order. Return the counted collective lines
+        and the lines."""
         lines = data[start:end].split(b"\n")
         lines.pop()  # regions end with a newline
         app = list(filterfalse(HAS_NCCL, lines))
@@ -318,11 +328,11 @@ class SourceParser:
             self.result.other_lines += len(app) - app.count(b"")
         else:
             self._in_order(lines, self._loud_groups(app))
-        return len(lines) - len(app) - len(spans) - n_call
+        return len(lines) - len(app) - len(spans) - n_call, len(lines)
 
     def _loud_groups(self, app: list[bytes]) -> set[int]:
-        """The groups of GROUP application lines (by index // GROUP) that may hold something,
-        each tested with the first line of the next (a wrap across the two)."""
+        """The groups of GROUP application lines (by the index of their first) that may hold
+        something, each tested with the first line of the next (a wrap across the two)."""
         shapes = [line.translate(SHAPE) for line in app]
         return {
             g
@@ -350,6 +360,8 @@ class SourceParser:
         """True when no pair of consecutive application lines may hold a signature (the gate)
         or a TEXT_KINDS needle. Pairs, not lines: a terminal's wrap cuts a line in two. Both
         tests are blind to digits, so they are asked once per pair of shapes."""
+        if not app:
+            return True
         shapes = b"\n".join(app).translate(SHAPE).split(b"\n")
         prev, self._prev_shape = self._prev_shape, shapes[-1]
         if len(set(shapes)) * REPEAT > len(shapes):  # lines that do not repeat: in bulk, as
