@@ -31,6 +31,11 @@ def _text(raw: bytes) -> str:
     return clean(raw.decode("utf-8", "replace").rstrip("\r"))
 
 
+def _line_at(data: bytes, start: int, end: int, at: int) -> bytes:
+    """The line of ``data[start:end]`` that holds position ``at``."""
+    return data[max(start, data.rfind(b"\n", start, at) + 1) : data.find(b"\n", at, end)]
+
+
 def _counted_head() -> tuple[bytes, bytes]:
     """The counted kind's needle and its pattern up to the needle, groups unnamed: what a
     collective line says right after ``NCCL INFO`` (``(?:\\w+): opCount ``)."""
@@ -279,7 +284,7 @@ class SourceParser:
                 folded += 1
                 continue
             if self._identify and first > start:
-                before = data[data.rfind(b"\n", start, first - 1) + 1 : first - 1]
+                before = data[max(start, data.rfind(b"\n", start, first - 1) + 1) : first - 1]
                 if HAS_NCCL(before) is None:
                     text = _text(before)
                     self._wrapped = text if len(text) >= WRAP_MIN else None
@@ -396,17 +401,14 @@ class SourceParser:
         if unmet is None:
             known = len(self._needles)
             at = data.rfind(COLL_NEEDLE, start, end)
-            self.line(data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)], True)
+            self.line(_line_at(data, start, end, at), counted=True)
             unmet = len(self._comm_needles()) > known
         if unmet:
             self._tail(data, start, end)
         for needle in list(self._comm_needles().values()):
             at = data.rfind(needle, start, end)
             if at >= 0:
-                self.line(
-                    data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)],
-                    counted=True,
-                )
+                self.line(_line_at(data, start, end, at), counted=True)
 
     def _tail(self, data: bytes, start: int, end: int) -> None:
         """Parse the last collective lines of ``data[start:end]``, oldest first."""
