@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nccldoctor.ncclog.parser import parse_source
@@ -71,6 +71,13 @@ def test_good_lines_survive_their_neighbours(plan, block, crlf):
         max_size=400,
     ),
     st.sampled_from([97, 1000, 8192, 1 << 20]),
+)
+@example(  # a communicator's latest collective first in a region that does not start its block
+    ops=[("0x11", "call")] * 2
+    + [("0x11", "coll")] * 2
+    + [("0x11", "call")] * 2
+    + [("0x22", "coll")] * 2,
+    block=1000,
 )
 def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
     """The count-based path must agree with a line-by-line reading, at any block size."""
