@@ -2,8 +2,9 @@
 
 Hot path. A block (8 MiB) is looked at whole, at C speed, before any line is: ``bytes.count``
 gives its lines, collective-trace lines (``AllReduce: opCount …``, one per call per rank, the
-table's ``counted`` kind) and ``NCCL CALL`` lines; one compiled regex, built from the table,
-finds the other lines that say ``NCCL`` (init, transports, the algorithm of each call, WARNs).
+table's ``counted`` kind; in a rank's own file those of each communicator) and ``NCCL CALL``
+lines; one compiled regex, built from the table, finds the other lines that say ``NCCL``
+(init, transports, the algorithm of each call, WARNs), and stops once the block adds up.
 Only those are decoded and folded through the kinds table, plus the latest collective of each
 communicator. What is left is the application's own output (training steps, warnings): it is
 read line by line only when its *shapes* (the lines with every digit as 0, so a progress bar
