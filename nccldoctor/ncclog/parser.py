@@ -402,7 +402,8 @@ class SourceParser:
         if unmet is None:
             known = len(self._needles)
             at = data.rfind(COLL_NEEDLE, start, end)
-            self.line(_line_at(data, start, end, at), counted=True)
+            if at >= 0:
+                self.line(_line_at(data, start, end, at), counted=True)
             unmet = len(self._comm_needles()) > known
         if unmet:
             self._tail(data, start, end)
