@@ -1,6 +1,6 @@
 """The streaming parser: blocks of lines in, per-process records out, in one pass.
 
-Hot path. A block (8 MiB) is looked at whole, at C speed, before any line is: ``bytes.count``
+Hot path. A block (1 MiB) is looked at whole, at C speed, before any line is: ``bytes.count``
 gives its lines, collective-trace lines (``AllReduce: opCount …``, one per call per rank, the
 table's ``counted`` kind; in a rank's own file those of each communicator) and ``NCCL CALL``
 lines; one compiled regex, built from the table, finds the other lines that say ``NCCL``
