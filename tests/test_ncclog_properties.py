@@ -79,6 +79,11 @@ def test_good_lines_survive_their_neighbours(plan, block, crlf):
     + [("0x22", "coll")] * 2,
     block=1000,
 )
+@example(  # an unannounced communicator in the middle of a block with the application's lines
+    ops=[("0x11", "call"), ("0x11", "other"), ("0x11", "coll"), ("0x11", "coll")]
+    + [("0x33", "coll"), ("0x11", "coll"), ("0x11", "coll")],
+    block=1000,
+)
 def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
     """The count-based path must agree with a line-by-line reading, at any block size."""
     head = "node-a:4711:4711 [0] NCCL INFO "

@@ -203,7 +203,10 @@ class SourceParser:
             n_coll, n_lines = self._application(data, start, end, spans, raws, n_call)
             self.result.lines += n_lines
             self._count(n_coll, n_call)
-            return n_coll, None
+            needles = self._comm_needles()
+            if len(needles) > EXACT_COMMS:
+                return n_coll, None
+            return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
         n_lines = data.count(b"\n", start, end)
         self.result.lines += n_lines
         needles = self._comm_needles()
