@@ -80,8 +80,15 @@ def test_good_lines_survive_their_neighbours(plan, block, crlf):
     block=1000,
 )
 @example(  # an unannounced communicator in the middle of a block with the application's lines
-    ops=[("0x11", "call"), ("0x11", "other"), ("0x11", "coll"), ("0x11", "coll")]
-    + [("0x33", "coll"), ("0x11", "coll"), ("0x11", "coll")],
+    ops=[
+        ("0x11", "call"),
+        ("0x11", "other"),
+        ("0x11", "coll"),
+        ("0x11", "coll"),
+        ("0x33", "coll"),
+        ("0x11", "coll"),
+        ("0x11", "coll"),
+    ],
     block=1000,
 )
 def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
