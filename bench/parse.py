@@ -219,16 +219,18 @@ def run_sampled(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int,
     # stdout to a real file: GNU grep stops at the first match when it writes to /dev/null
     with tempfile.TemporaryFile() as sink:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.PIPE)
-        root = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            try:
-                tree = [root, *root.children(recursive=True)]
-                rss = [p.memory_info().rss for p in tree]
-                peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss))
-            except psutil.Error:
-                pass
-            time.sleep(0.02)
+        # its own working directory: the page explain writes lands there, not in the repository
+        with tempfile.TemporaryDirectory() as cwd:
+            proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.PIPE, cwd=cwd)
+            root = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                try:
+                    tree = [root, *root.children(recursive=True)]
+                    rss = [p.memory_info().rss for p in tree]
+                    peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss))
+                except psutil.Error:
+                    pass
+                time.sleep(0.02)
         wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -146,7 +146,10 @@ _GATE_MIN = 8
 
 
 def _gate_literal(prefilter: str) -> str:
-    """The tail of ``prefilter`` that starts at its rarest character (at least 8 characters)."""
+    """The tail of ``prefilter``'s longest run without digits that starts at its rarest
+    character (at least 8 characters). Without digits, the gate is blind to them: the parser
+    asks it once per shape of a line (its digits as 0, ncclog/parser.py)."""
+    prefilter = max(re.split(r"[0-9]+", prefilter), key=len)
     if len(prefilter) <= _GATE_MIN:
         return prefilter
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nccldoctor.ncclog.folds import ALGORITHMS, canonical, transport_label
-from nccldoctor.ncclog.kinds import KINDS, match_kind
+from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, match_kind
 
 EXAMPLES = {
     "coll": [
@@ -166,3 +166,11 @@ def test_names_and_transport_labels():
     assert transport_label("P2P/direct pointer/read") == "P2P/direct pointer"
     assert transport_label("P2P/CUMEM/read") == "P2P/CUMEM"
     assert transport_label("SHM/direct/direct") == "SHM"
+
+
+def test_the_parser_can_skip_what_the_tables_do_not_mark() -> None:
+    """The parser counts one kind in bulk and reads an application line only when a new shape
+    of it (digits as 0) holds a TEXT_KINDS needle: so one counted kind, digit-free needles."""
+    assert [k.name for k in KINDS if k.counted] == ["coll"]
+    for kind in TEXT_KINDS:
+        assert kind.needles and not any(c.isdigit() for n in kind.needles for c in n), kind.name

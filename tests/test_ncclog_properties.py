@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nccldoctor.ncclog.parser import parse_source
@@ -72,6 +72,25 @@ def test_good_lines_survive_their_neighbours(plan, block, crlf):
     ),
     st.sampled_from([97, 1000, 8192, 1 << 20]),
 )
+@example(  # a communicator's latest collective first in a region that does not start its block
+    ops=[("0x11", "call")] * 2
+    + [("0x11", "coll")] * 2
+    + [("0x11", "call")] * 2
+    + [("0x22", "coll")] * 2,
+    block=1000,
+)
+@example(  # an unannounced communicator in the middle of a block with the application's lines
+    ops=[
+        ("0x11", "call"),
+        ("0x11", "other"),
+        ("0x11", "coll"),
+        ("0x11", "coll"),
+        ("0x33", "coll"),
+        ("0x11", "coll"),
+        ("0x11", "coll"),
+    ],
+    block=1000,
+)
 def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
     """The count-based path must agree with a line-by-line reading, at any block size."""
     head = "node-a:4711:4711 [0] NCCL INFO "
@@ -103,3 +122,69 @@ def test_collective_fast_path_keeps_every_communicators_last_op(ops, block):
     assert {c: got.get(c) for c in announced} == announced
     if "0x33" in last:  # met through the tail of the block where it appears, or the source's end
         assert "0x33" in comms
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.sampled_from(["coll", "info", "bar", "world", "seq", "watchdog", "blank"]),
+        min_size=1,
+        max_size=300,
+    ),
+    st.integers(0, 10**6),
+    st.sampled_from([257, 4096, 1 << 20]),
+)
+def test_application_lines_are_read_when_they_say_something(plan, seed, block):
+    """Progress bars are one shape (digits as 0) and counted in bulk; a line with a fact or a
+    signature is read whatever its digits, however often its shape recurs, at any block size."""
+    from checks.signatures import identify
+
+    head = "[rank0]:node-a:4711:4711 [0] NCCL INFO "
+    out = [
+        head + "comm 0x11 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x9 - Init START"
+    ]
+    sizes: dict[int, int] = {}
+    seqs: list[int] = []
+    count = {kind: 0 for kind in ("coll", "watchdog")}
+    app = 0
+    for i, kind in enumerate(plan):
+        n = (seed + i * 7919) % 100000
+        if kind == "coll":
+            out.append(
+                head + f"AllReduce: opCount {i:x} sendbuff 0x1 recvbuff 0x2 count {n} datatype 7 "
+                "op 0 root 0 comm 0x11 [nranks=2] stream 0x3"
+            )
+        elif kind == "info":
+            out.append(head + f"NCCL_TEST_{i} set by environment to {n}.")
+        elif kind == "bar":
+            out.append(f"[rank0]:Epoch {n % 9}: {n % 100}%|####| {n}/20000 [12:01<12:30, 13.4it/s]")
+        elif kind == "world":
+            out.append(f"[rank0]:[I] c10d rendezvous: world_size={n % 64 + 1}")
+            sizes[n % 64 + 1] = sizes.get(n % 64 + 1, 0) + 1
+        elif kind == "seq":
+            out.append(f"[rank3]: last enqueued work: {n + 1}, last completed work: {n}")
+            seqs.append(n)
+        elif kind == "watchdog":
+            out.append(
+                f"[rank0]:[E424 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective "
+                f"operation timeout: WorkNCCL(SeqNum={n}, OpType=BROADCAST, NumelIn=1, "
+                "NumelOut=1, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."
+            )
+        else:
+            out.append("")
+        count[kind] = count.get(kind, 0) + 1
+        app += kind in ("bar", "world", "seq")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "stdout.log"
+        path.write_bytes(("\n".join(out) + "\n").encode())
+        result = parse_source(str(path), block=block, identify=identify)
+    assert result.lines == len(out)
+    assert result.coll_lines == count["coll"]
+    assert result.other_lines == app + count["watchdog"]
+    assert result.world_sizes == sizes
+    assert result.completed_seq.get(3) == (max(seqs) if seqs else None)
+    env = result.processes["node-a:4711"].env
+    assert sum(name.startswith("NCCL_TEST_") for name in env) == count.get("info", 0)
+    watchdog = identify(out[-1]) if plan[-1] == "watchdog" else None
+    if watchdog:
+        assert result.signatures[watchdog].count == count["watchdog"]

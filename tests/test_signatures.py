@@ -18,6 +18,7 @@ from checks.signatures import (
     SIGNATURES,
     SignatureError,
     SignatureMatcher,
+    identify,
     load_signatures,
     match_line,
 )
@@ -204,6 +205,14 @@ def test_gate_fires_on_every_prefilter() -> None:
             sig.pattern, sig.prefilter
         )
         assert SignatureMatcher((sig,))._gate.search(f"xx {sig.prefilter} yy"), sig.id
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=_example_id)
+def test_gate_is_blind_to_digits(example: dict) -> None:
+    """The parser asks the gate once per shape of an application line (its digits as 0)."""
+    zeros = str.maketrans("123456789", "000000000")
+    for line in _wrapped(example):
+        assert identify.gate(line.translate(zeros)), line  # type: ignore[attr-defined]
 
 
 def test_benchmark_runs_and_prints_ratios() -> None:

@@ -7,10 +7,15 @@ process record, the regex match and the line's envelope. Names here follow NCCL'
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import TYPE_CHECKING
 
 from nccldoctor.ncclog.envelope import Envelope
 from nccldoctor.ncclog.records import MAX_BACKTRACE, MAX_RING_CHANNELS, CommRank, Op, ProcessLog
+
+if TYPE_CHECKING:
+    from nccldoctor.ncclog.parser import LogSet
 
 # Names as the tuning table and NCCL_ALGO spell them (src/include/device.h, enqueue.cc).
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -20,6 +25,7 @@ _CANON.update({"COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain
 _CANON["NVLS_TREE"] = "NVLSTree"
 
 
+@functools.lru_cache(maxsize=256)  # twice per call on rank 0: the same few names
 def canonical(name: str, numbered: tuple[str, ...]) -> str:
     """``RING``/``1``/``Ring`` -> ``Ring`` (per-call lines are upper case 2.24+, numeric 2.20–2.23)."""
     if name.isdigit():
@@ -252,8 +258,11 @@ def tuned_comm(p: ProcessLog) -> CommRank:
     """The communicator a per-call tuning line is about. They come long after init, and only
     rank 0 of a communicator prints them (enqueue.cc): the one this process is rank 0 of, the
     largest if several; the one initialised last when the log does not say."""
-    zero = [c for c in p.comms.values() if c.rank == 0]
-    return max(zero, key=lambda c: c.nranks or 0) if zero else p.comm()
+    best = None
+    for c in p.comms.values():  # once per call on rank 0: a loop, not a list and a max()
+        if c.rank == 0 and (best is None or (c.nranks or 0) > (best.nranks or 0)):
+            best = c
+    return best if best is not None else p.comm()
 
 
 def algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
@@ -305,3 +314,34 @@ def retry(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 def hint(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     if p.warns and len(p.warns[-1].hints) < 8:
         p.warns[-1].hints.append(e.msg)
+
+
+# ---- text folds: lines that are not NCCL's (TEXT_KINDS), written into the parse result ------
+
+# ProcessGroupNCCL.cpp's watchdog: it waited on SeqNum=12, so 11 completed; or it says so
+_SEQ_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)")
+_SEQ_COMPLETED = re.compile(r"last completed (?:NCCL )?work: (-?\d+)")
+MAX_RANKS_SEEN = 4096
+
+
+def world_size(logs: LogSet, m: re.Match[str], text: str) -> None:
+    size = int(m[1])
+    logs.world_sizes[size] = logs.world_sizes.get(size, 0) + 1
+
+
+def completed_seq(logs: LogSet, m: re.Match[str], text: str) -> None:
+    """Remember the last collective PyTorch's watchdog says this rank (``m``) completed."""
+    done = _SEQ_COMPLETED.search(text)
+    seq = int(done[1]) if done else None
+    if seq is None and (timeout := _SEQ_TIMEOUT.search(text)):
+        seq = int(timeout[1]) - 1
+    if seq is None:
+        return
+    rank = int(m[1] or m[2])
+    seqs = logs.completed_seq
+    if rank in seqs or len(seqs) < MAX_RANKS_SEEN:
+        seqs[rank] = max(seq, seqs.get(rank, seq))
+
+
+def init_failed(logs: LogSet, m: re.Match[str], text: str) -> None:
+    logs.init_failures += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 1 << 20  # the parser passes over a block several times: it stays in cache
 MAX_LINE = 64 * 1024
 STDIN = "-"
 

@@ -4,6 +4,9 @@ An entry is (name, needle, pattern, fold): ``needle`` is a substring every such 
 contains, tested with ``in`` before the regex runs; ``pattern`` is matched at the start of the
 message (the text after ``NCCL INFO``); ``fold`` writes the match into the process record.
 The first entry whose needle and pattern both match wins. Adding a kind is adding one entry.
+A ``counted`` kind (the collective trace, most of a long log) is counted in bulk and only its
+latest line per communicator parsed; the parser finds every other line from the table's markers
+(``TEXT_KINDS`` for the lines that are not NCCL's), so a new entry needs no parser change.
 Every entry names the NCCL releases it was checked against (``versions``) and where its format
 string is in NVIDIA/nccl (``source``: tag, file under ``src/``, line); the shapes of each era are
 described in docs/nccl-log-formats.md.
@@ -13,11 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from nccldoctor.ncclog import folds
 from nccldoctor.ncclog.envelope import Envelope
 from nccldoctor.ncclog.records import ProcessLog
+
+if TYPE_CHECKING:
+    from nccldoctor.ncclog.parser import LogSet
 
 Fold = Callable[[ProcessLog, "re.Match[str]", Envelope], None]
 
@@ -30,6 +36,7 @@ class LineKind(NamedTuple):
     versions: str  # the NCCL releases whose format the pattern was checked against
     source: str  # where the format string is, in NVIDIA/nccl (paths under src/, tag:file:line)
     repeats: bool = False  # identical lines recur (one per call): the parser memoises them
+    counted: bool = False  # one line per call per rank: counted, the latest per comm parsed
 
 
 def _k(
@@ -40,8 +47,9 @@ def _k(
     versions: str,
     source: str,
     repeats: bool = False,
+    counted: bool = False,
 ) -> LineKind:
-    return LineKind(name, needle, re.compile(pattern), fold, versions, source, repeats)
+    return LineKind(name, needle, re.compile(pattern), fold, versions, source, repeats, counted)
 
 
 # init.cc, every era: 2.4 "comm %p rank %d nranks %d cudaDev %d nvmlDev %d - Init COMPLETE";
@@ -68,7 +76,7 @@ KINDS: tuple[LineKind, ...] = (
        r"(?P<func>\w+): opCount (?P<op>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ count "
        r"(?P<count>\d+) datatype (?P<dtype>\d+) op (?P<redop>\d+) root (?P<root>-?\d+) "
        r"comm (?P<comm>\S+) \[nranks=(?P<nranks>\d+)\]", folds.coll,
-       "2.4–2.32", "v2.4.8-1:enqueue.cc:412, v2.30.7-1:enqueue.cc:3152"),
+       "2.4–2.32", "v2.4.8-1:enqueue.cc:412, v2.30.7-1:enqueue.cc:3152", counted=True),
     # per-call algorithm: 2.20–2.22 no name, 2.23 numeric, 2.24+ names (TRACE before 2.20)
     _k("algorithm", " Bytes -> Algo ",
        r"(?:(?P<func>\w+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)",
@@ -195,3 +203,33 @@ def match_kind(msg: str) -> tuple[LineKind, re.Match[str]] | None:
             if m is not None:
                 return kind, m
     return None
+
+
+TextFold = Callable[["LogSet", "re.Match[str]", str], None]
+
+
+class TextKind(NamedTuple):
+    """A line that is not NCCL's (PyTorch's, a launcher's) with a fact the parser keeps."""
+
+    name: str
+    needles: tuple[str, ...]  # the line holds one of them (digit-free: see the parser's shapes)
+    pattern: re.Pattern[str]  # searched anywhere in the line
+    fold: TextFold  # writes the match into the parse result
+    source: str  # where the text is printed
+
+
+# docs/nccl-log-formats.md#pytorch
+TEXT_KINDS: tuple[TextKind, ...] = (
+    # c10d's "world_size=8", torchrun's env dump "WORLD_SIZE=8" and "global_world_sizes=[8, 8]"
+    # (not "group_world_size", which counts nodes)
+    TextKind("world_size", ("orld_size", "WORLD_SIZE"),
+             re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)"),
+             folds.world_size, "torch/distributed/{rendezvous.py,elastic/agent/server/api.py}"),
+    # the watchdog's "WorkNCCL(SeqNum=12, …" and "last completed work: 2634", the rank from
+    # c10d's "[Rank N]" / "[PG ID 0 PG GUID 0 Rank N]" or torchrun's "[rankN]:"
+    TextKind("completed_seq", ("SeqNum=", "last completed"),
+             re.compile(r"\[(?:PG ID \S+ PG GUID \S+ )?Rank (\d+)\]|\[rank(\d+)\]:"),
+             folds.completed_seq, "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"),
+    TextKind("init_failed", ("ncclCommInitRank", "init_process_group"), re.compile(r"rror|ailed"),
+             folds.init_failed, "torch/csrc/distributed/c10d/NCCLUtils.cpp, distributed_c10d.py"),
+)  # fmt: skip

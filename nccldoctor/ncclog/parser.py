@@ -1,11 +1,15 @@
 """The streaming parser: blocks of lines in, per-process records out, in one pass.
 
-Hot path. Most of a long log is collective-trace lines (``AllReduce: opCount …``, one per call
-per rank with ``NCCL_DEBUG_SUBSYS=COLL``) and ``NCCL CALL`` lines. A rank's collective history
-is summarised by its latest operations per communicator, which is what the cross-rank analysis
-compares, so those lines are counted in C and only the last one per communicator and block
-(plus the final ones of the source) is parsed. Every other line is decoded, split into its
-envelope and folded through the kinds table. Memory per source: two blocks plus bounded records.
+Hot path. A block (1 MiB) is looked at whole, at C speed, before any line is: ``bytes.count``
+gives its lines, collective-trace lines (``AllReduce: opCount …``, one per call per rank, the
+table's ``counted`` kind; in a rank's own file those of each communicator) and ``NCCL CALL``
+lines; one compiled regex, built from the table, finds the other lines that say ``NCCL``
+(init, transports, the algorithm of each call, WARNs), and stops once the block adds up.
+Only those are decoded and folded through the kinds table, plus the latest collective of each
+communicator. What is left is the application's own output (training steps, warnings): it is
+read line by line only when its *shapes* (the lines with every digit as 0, so a progress bar
+is one shape) hold something new that the signature gate or a ``TEXT_KINDS`` needle may match.
+Memory per source: two blocks plus bounded records and shape sets.
 """
 
 from __future__ import annotations
@@ -15,38 +19,47 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from itertools import filterfalse, pairwise
 
 from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
-from nccldoctor.ncclog.kinds import match_kind
+from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
 
-COLL_NEEDLE = b": opCount "
-CALL_NEEDLE = b" NCCL CALL "
+
+def _text(raw: bytes) -> str:
+    return clean(raw.decode("utf-8", "replace").rstrip("\r"))
+
+
+def _line_at(data: bytes, start: int, end: int, at: int) -> bytes:
+    """The line of ``data[start:end]`` that holds position ``at``."""
+    return data[max(start, data.rfind(b"\n", start, at) + 1) : data.find(b"\n", at, end)]
+
+
+def _counted_head() -> tuple[bytes, bytes]:
+    """The counted kind's needle and its pattern up to the needle, groups unnamed: what a
+    collective line says right after ``NCCL INFO`` (``(?:\\w+): opCount ``)."""
+    (kind,) = (k for k in KINDS if k.counted)
+    text = kind.pattern.pattern
+    head = re.sub(r"\(\?P<\w+>", "(?:", text[: text.index(kind.needle) + len(kind.needle)])
+    return kind.needle.encode(), head.encode()
+
+
+COLL_NEEDLE, _COLL_HEAD = _counted_head()
+CALL_NEEDLE = b"NCCL CALL "  # envelope.py: CALL lines have no device and are only counted
+# a line that says NCCL other than as a counted line's envelope: parsed one by one
+CANDIDATE = re.compile(rb"NCCL(?! INFO " + _COLL_HEAD + rb"| CALL )")
+HAS_NCCL = re.compile(rb"NCCL").search  # a C function: filterfalse() calls it without bytecode
+TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles)
+SHAPE = bytes.maketrans(b"123456789", b"000000000")
+MAX_SHAPES = 1 << 15  # application line pairs remembered per source
+GROUP = 64  # application lines tested together when a block may hold something
+REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
 TAIL_OPS = 32  # collective lines parsed at the end of a source
-SPLIT_BYTES = 64 << 10  # regions with other lines are halved down to this before splitting
-SPARSE = 64  # ... unless more than 1 line in SPARSE is another line: then split at once
+EXACT_COMMS = 4  # up to this many communicators, a block's collectives are counted per comm
 MEMO_LIMIT = 4096
-# PyTorch's and launchers' statements of the job size: c10d "world_size=8", torchrun's env dump
-# "WORLD_SIZE=8" and "global_world_sizes=[8, 8]" (not "group_world_size", which counts nodes)
 WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
-APP_NEEDLES = (
-    b"orld_size",
-    b"WORLD_SIZE",
-    b"ncclCommInitRank",
-    b"init_process_group",
-    b"SeqNum=",
-    b"last completed",
-)
-# ProcessGroupNCCL.cpp's watchdog: "[Rank 3] Watchdog caught collective operation timeout:
-# WorkNCCL(SeqNum=12, …" (it waited on 12, so 11 completed) and "… last enqueued work: 2635, last
-# completed work: 2634" (docs/nccl-log-formats.md#pytorch); the rank from c10d's "[Rank N]" /
-# "[PG ID 0 PG GUID 0 Rank N]" or torchrun's "[rankN]:"
-SEQ_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)")
-SEQ_COMPLETED = re.compile(r"last completed (?:NCCL )?work: (-?\d+)")
-SEQ_RANK = re.compile(r"\[(?:PG ID \S+ PG GUID \S+ )?Rank (\d+)\]|\[rank(\d+)\]:")
-WORLD_SIZE = re.compile(r"(?<![\w])(?:WORLD_SIZE|world_size|global_world_sizes)\s*[=:]\s*\[?(\d+)")
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 
 
@@ -132,13 +145,7 @@ def _merge_into(mine: object, other: object) -> None:
 
 
 class SourceParser:
-    """Parses one source; feed it blocks of whole lines, call ``finish``, read ``result``.
-
-    A block made only of collective lines of known communicators and ``NCCL CALL`` lines is
-    recognised by counting (``bytes.count`` in C: newlines, each communicator's needle, CALL
-    lines) and costs no Python per line: only the last line of each communicator in it is
-    parsed. Any other block is split into lines and its other lines are parsed one by one.
-    """
+    """Parses one source; feed it blocks of whole lines, call ``finish``, read ``result``."""
 
     def __init__(self, name: str, identify: Identify | None = None) -> None:
         self.result = LogSet(sources=[name])
@@ -149,6 +156,11 @@ class SourceParser:
         self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
         self._wrapped: str | None = None  # a long line no signature matched: maybe wrapped
+        self._shapes: set[tuple[bytes, bytes]] = set()  # application line pairs looked at
+        self._loud: set[tuple[bytes, bytes]] = set()  # ... and those worth reading line by line
+        self._prev_shape = b""
+        self._app = False  # whether the source has lines without NCCL (stdout, not a rank file)
+        self._split_once = False
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog:
         proc = self.result.processes.get(key)
@@ -166,102 +178,244 @@ class SourceParser:
 
     def feed(self, data: bytes, start: int, end: int) -> None:
         """Take the whole lines ``data[start:end]``."""
-        active = self._region(data, start, end)
-        for ptr in active:  # each communicator's latest collective in this block
-            at = data.rfind(self._needles[ptr], start, end)
-            self.line(
-                data[data.rfind(b"\n", start, at) + 1 : data.find(b"\n", at, end)], counted=True
-            )
-        if active:
-            self._last_coll = (data, start, end)
-        self._mark_last(data, start, end)
-
-    def _region(self, data: bytes, start: int, end: int) -> set[str]:
-        """Account for ``data[start:end]``; return the communicators with collectives in it.
-
-        A region of nothing but known collectives and CALL lines is done by counting alone; a
-        region with a few other lines is halved until the halves are small, and those (or a
-        region with many other lines, at once) are parsed line by line.
-        """
-        result = self.result
-        n_lines = data.count(b"\n", start, end)
-        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0  # once seen
-        per_comm = {
-            ptr: n
-            for ptr, needle in self._comm_needles().items()
-            if (n := data.count(needle, start, end))
-        }
-        n_known = sum(per_comm.values())
-        if n_known + n_call == n_lines:
-            result.lines += n_lines
-            result.nccl_lines += n_lines
-            result.coll_lines += n_known
-            result.call_lines += n_call
-            return set(per_comm)
-        others = n_lines - n_known - n_call
-        if not per_comm and end - start > SPLIT_BYTES:
-            # No communicator met yet (a file's first block): parse up to its first collective,
-            # which introduces the communicator, and count the rest with its needle.
+        if not self._split_once:  # a rank file's init, up to its first collective, on its own:
+            self._split_once = True  # its communicator is then known to the counting of the rest
             at = data.find(COLL_NEEDLE, start, end)
             cut = data.find(b"\n", at, end) + 1 if at >= 0 else -1
             if start < cut < end:
-                return self._region(data, start, cut) | self._region(data, cut, end)
-        if end - start > SPLIT_BYTES and others * SPARSE < n_lines:  # a few: find them by halving
-            mid = data.find(b"\n", (start + end) // 2, end) + 1
-            if start < mid < end:
-                return self._region(data, start, mid) | self._region(data, mid, end)
-        result.lines += n_lines
-        text = data[start:end]
-        if not self._calls and text.find(CALL_NEEDLE) >= 0:
-            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
-            n_call = text.count(CALL_NEEDLE)
-        n_coll = self._lines(text, n_call)
-        if n_coll > n_known:  # collectives of communicators we have not met: meet them
-            self._tail(data, start, end)
-        return {
-            ptr
-            for ptr, needle in self._comm_needles().items()
-            if data.find(needle, start, end) >= 0
-        }
+                self.feed(data, start, cut)
+                self.feed(data, cut, end)
+                return
+        n_coll, unmet = self._region(data, start, end)
+        if n_coll:
+            self._latest(data, start, end, unmet)
+            self._last_coll = (data, start, end)
+        self._mark_last(data, start, end)
 
-    def _lines(self, text: bytes, n_call: int) -> int:
-        """Parse every line but collective and CALL lines; return how many collectives it held."""
-        lines = text.split(b"\n")
-        lines.pop()  # regions end with a newline
-        # find(), not ``in``: CPython's bytes ``in`` first tries the needle as an int and formats
-        # a TypeError for every line before it searches (bytes_methods.c, _Py_bytes_contains)
-        rest = [line for line in lines if line.find(COLL_NEEDLE) < 0 and line.find(CALL_NEEDLE) < 0]
-        n_coll = len(lines) - len(rest) - n_call
+    def _region(self, data: bytes, start: int, end: int) -> tuple[int, bool | None]:
+        """Account for every line of ``data[start:end]``, parse those worth it; return how many
+        collective lines were only counted, and whether some are of communicators not met yet
+        (None: not counted, there are too many communicators to count each)."""
+        if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
+            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
+        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
+        if self._app:  # a launcher's stdout: its lines are split anyway and give the counts
+            spans, raws, found = self._find(data, start, end, end - start)
+            n_call -= found.count(CALL_NEEDLE)
+            n_coll, n_lines = self._application(data, start, end, spans, raws, n_call)
+            self.result.lines += n_lines
+            self._count(n_coll, n_call)
+            needles = self._comm_needles()
+            if len(needles) > EXACT_COMMS:
+                return n_coll, None
+            return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
+        n_lines = data.count(b"\n", start, end)
+        self.result.lines += n_lines
+        needles = self._comm_needles()
+        n_known = None
+        if len(needles) <= EXACT_COMMS:  # a rank's own file: counted per communicator
+            n_known = sum(data.count(needle, start, end) for needle in needles.values())
+            if n_known + n_call == n_lines:  # only their collectives and CALLs
+                self._count(n_known, n_call)
+                return n_known, False
+            if needles:  # and a few other NCCL lines (rank 0's tuning of each call)?
+                spans, raws, found = self._find(data, start, end, n_lines - n_known - n_call)
+                n_coll = n_known - sum(found.count(needle) for needle in needles.values())
+                calls = n_call - found.count(CALL_NEEDLE)
+                if len(spans) + n_coll + calls == n_lines:
+                    self._parse_spans(data, start, end, spans, raws)
+                    self._count(n_coll, calls)
+                    return n_coll, False
+        n_coll = data.count(COLL_NEEDLE, start, end)
+        if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
+            spans, raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
+            n_coll -= found.count(COLL_NEEDLE)  # needles inside them are not counted lines
+            n_call -= found.count(CALL_NEEDLE)
+            if len(spans) + n_coll + n_call == n_lines:
+                self._parse_spans(data, start, end, spans, raws)
+            else:  # lines without NCCL: the application's
+                n_coll, _ = self._application(data, start, end, spans, raws, n_call)
+        self._count(n_coll, n_call)
+        return n_coll, None if n_known is None else n_coll > n_known
+
+    def _find(
+        self, data: bytes, start: int, end: int, want: int
+    ) -> tuple[list[tuple[int, int]], list[bytes], bytes]:
+        """The candidate lines (see ``_spans``), their text and the text joined."""
+        spans = self._spans(data, start, end, want)
+        raws = [data[first:stop] for first, stop in spans]
+        return spans, raws, b"\n".join(raws)
+
+    def _count(self, n_coll: int, n_call: int) -> None:
         result = self.result
         result.coll_lines += n_coll
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
-        memo = self._memo
-        app = [line for line in rest if line.find(b"NCCL") < 0]
-        if len(app) > 16 and self._quiet(app):  # the application's own lines, done in bulk
-            rest = [line for line in rest if line.find(b"NCCL") >= 0]
-        for raw in rest:
+
+    def _spans(self, data: bytes, start: int, end: int, want: int) -> list[tuple[int, int]]:
+        """Where the lines CANDIDATE finds are: (first byte, newline), in order. ``want`` of
+        them make the block add up (more when some hold a counted needle): the search stops
+        there, so a rank file's init lines at the top of a block cost no pass over the rest."""
+        spans: list[tuple[int, int]] = []
+        stop, pos = -1, start
+        while len(spans) < want and pos < end:
+            for m in CANDIDATE.finditer(data, pos, end):
+                at = m.start()
+                if at > stop:  # not a second NCCL on the line before
+                    stop = data.find(b"\n", at, end)
+                    spans.append((max(start, data.rfind(b"\n", start, at) + 1), stop))
+                    if len(spans) == want:
+                        break
+            else:
+                break  # the whole block was searched
+            pos = stop + 1
+            found = b"\n".join(data[first:last] for first, last in spans)
+            want = len(spans) + found.count(COLL_NEEDLE) + found.count(CALL_NEEDLE)
+        return spans
+
+    def _parse_spans(
+        self, data: bytes, start: int, end: int, spans: list[tuple[int, int]], raws: list[bytes]
+    ) -> None:
+        """Parse the lines ``raws`` at ``spans``. The application lines around them are not
+        read, so a terminal's wrap across one of them is joined here (the line before, after)."""
+        memo, result = self._memo, self.result
+        folded = 0
+        for (first, stop), raw in zip(spans, raws, strict=True):
             hit = memo.get(raw)
-            if hit is not None:
-                key, kind, m, env, line = hit
+            if hit is not None:  # most of them: a line seen before (the algorithm of each call)
+                key, kind, match, env, text = hit
                 proc = result.processes[key]
-                kind.fold(proc, m, env)
-                proc.last_line = line
-                result.nccl_lines += 1
-            elif raw:
+                kind.fold(proc, match, env)
+                proc.last_line = text
+                folded += 1
+                continue
+            if self._identify and first > start:
+                before = data[max(start, data.rfind(b"\n", start, first - 1) + 1) : first - 1]
+                if HAS_NCCL(before) is None:
+                    text = _text(before)
+                    self._wrapped = text if len(text) >= WRAP_MIN else None
+            wrapped = self._wrapped
+            if raw:
                 self.line(raw)
-        return n_coll
+            if self._wrapped is not None and self._wrapped is not wrapped and stop + 1 < end:
+                after = data[stop + 1 : data.find(b"\n", stop + 1, end)]
+                if HAS_NCCL(after) is None:  # this long line was cut: try it with the next
+                    joined = self._wrapped + _text(after)
+                    record(result.signatures, self._identify, joined, None)  # type: ignore[arg-type]
+                    self._wrapped = None
+        result.nccl_lines += folded
+
+    def _parse(self, raw: bytes) -> None:
+        """One line that is not a counted one (a line seen before is folded from the memo)."""
+        hit = self._memo.get(raw)
+        if hit is None:
+            if raw:
+                self.line(raw)
+            return
+        key, kind, match, env, text = hit
+        proc = self.result.processes[key]
+        kind.fold(proc, match, env)
+        proc.last_line = text
+        self.result.nccl_lines += 1
+
+    def _application(
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        spans: list[tuple[int, int]],
+        raws: list[bytes],
+        n_call: int,
+    ) -> tuple[int, int]:
+        """Account for the lines without NCCL too; when their shapes say something may be in
+        them, read the region line by line in order. Return the counted collective lines
+        and the lines."""
+        lines = data[start:end].split(b"\n")
+        lines.pop()  # regions end with a newline
+        app = list(filterfalse(HAS_NCCL, lines))
+        self._app = self._app or bool(app)
+        if self._quiet(app):
+            self._parse_spans(data, start, end, spans, raws)
+            self.result.other_lines += len(app) - app.count(b"")
+        else:
+            self._in_order(lines, self._loud_groups(app))
+        return len(lines) - len(app) - len(spans) - n_call, len(lines)
+
+    def _loud_groups(self, app: list[bytes]) -> set[int]:
+        """The groups of GROUP application lines (by the index of their first) that may hold
+        something, each tested with the first line of the next (a wrap across the two)."""
+        shapes = [line.translate(SHAPE) for line in app]
+        return {
+            g
+            for g in range(0, len(app), GROUP)
+            if self._loud_text(b"".join(shapes[g : g + GROUP + 1]))
+        }
+
+    def _in_order(self, lines: list[bytes], loud: set[int]) -> None:
+        """Read a block line by line, in order: NCCL's other lines and the application's lines
+        in ``loud`` groups; the rest of the application's lines are only counted."""
+        n_app = 0
+        for raw in lines:
+            if HAS_NCCL(raw) is None:
+                if n_app - n_app % GROUP in loud:
+                    self._parse(raw)
+                elif raw:
+                    self.result.other_lines += 1
+                    text = _text(raw)  # a wrap's first half, for the line after it
+                    self._wrapped = text if len(text) >= WRAP_MIN else None
+                n_app += 1
+            elif CANDIDATE.search(raw):
+                self._parse(raw)
 
     def _quiet(self, app: list[bytes]) -> bool:
-        """Account for lines that are not NCCL's at once when nothing in them is worth a look
-        (no signature's gate, no world size, no word of init failing); else False."""
-        chunk = b"".join(app)  # no separator: text a terminal wrapped over two lines stays whole
-        if any(chunk.find(needle) >= 0 for needle in APP_NEEDLES):
-            return False
-        if self._identify and may_match(self._identify, clean(chunk.decode("utf-8", "replace"))):
-            return False
-        self.result.other_lines += len(app) - app.count(b"")
-        return True
+        """True when no pair of consecutive application lines may hold a signature (the gate)
+        or a TEXT_KINDS needle. Pairs, not lines: a terminal's wrap cuts a line in two. Both
+        tests are blind to digits, so they are asked once per pair of shapes."""
+        if not app:
+            return True
+        shapes = b"\n".join(app).translate(SHAPE).split(b"\n")
+        prev, self._prev_shape = self._prev_shape, shapes[-1]
+        if len(set(shapes)) * REPEAT > len(shapes):  # lines that do not repeat: in bulk, as
+            return self._loud.isdisjoint(pairwise(shapes)) and not self._loud_text(  # they are
+                prev + b"".join(shapes)  # joined as they touch, and nothing remembered
+            )
+        pairs = set(pairwise(shapes))
+        pairs.add((prev, shapes[0]))
+        new = pairs - self._shapes
+        if new:
+            if len(self._shapes) + len(new) > MAX_SHAPES or len(self._loud) > MAX_SHAPES:
+                self._shapes.clear()  # memory stays flat: a pair seen again is only re-checked
+                self._loud.clear()
+            self._shapes |= new
+            if self._loud_text(b"\n".join(a + b for a, b in new)):  # which pairs, then?
+                self._loud.update(pair for pair in new if self._loud_text(pair[0] + pair[1]))
+        return self._loud.isdisjoint(pairs)
+
+    def _loud_text(self, chunk: bytes) -> bool:
+        if any(chunk.find(needle) >= 0 for needle in TEXT_NEEDLES):
+            return True
+        return bool(self._identify) and may_match(
+            self._identify,  # type: ignore[arg-type]
+            clean(chunk.decode("utf-8", "replace")),
+        )
+
+    def _latest(self, data: bytes, start: int, end: int, unmet: bool | None) -> None:
+        """Parse each known communicator's latest collective in ``data[start:end]``, after
+        meeting those no init line announced: when ``unmet``, through the block's last
+        collectives; when not known (too many communicators to count each), through the
+        block's last collective line."""
+        if unmet is None:
+            known = len(self._needles)
+            at = data.rfind(COLL_NEEDLE, start, end)
+            if at >= 0:
+                self.line(_line_at(data, start, end, at), counted=True)
+            unmet = len(self._comm_needles()) > known
+        if unmet:
+            self._tail(data, start, end)
+        for needle in list(self._comm_needles().values()):
+            at = data.rfind(needle, start, end)
+            if at >= 0:
+                self.line(_line_at(data, start, end, at), counted=True)
 
     def _tail(self, data: bytes, start: int, end: int) -> None:
         """Parse the last collective lines of ``data[start:end]``, oldest first."""
@@ -309,38 +463,18 @@ class SourceParser:
                 result.bare_versions.append(text)
 
     def _other(self, text: str) -> None:
-        """A line that is not NCCL's: PyTorch's world size, or its word that init failed."""
-        result = self.result
-        if "orld_size" in text or "WORLD_SIZE" in text:
-            m = WORLD_SIZE.search(text)
-            if m:
-                size = int(m[1])
-                result.world_sizes[size] = result.world_sizes.get(size, 0) + 1
-        if "SeqNum=" in text or "last completed" in text:
-            self._seq(text)
-        if ("ncclCommInitRank" in text or "init_process_group" in text) and (
-            "rror" in text or "ailed" in text
-        ):
-            result.init_failures += 1
-
-    def _seq(self, text: str) -> None:
-        """Remember the last collective PyTorch's watchdog says this rank completed."""
-        rank = SEQ_RANK.search(text)
-        done = SEQ_COMPLETED.search(text)
-        seq = int(done[1]) if done else None
-        if seq is None and (timeout := SEQ_TIMEOUT.search(text)):
-            seq = int(timeout[1]) - 1  # it timed out waiting on SeqNum: the one before completed
-        if rank is None or seq is None:
-            return
-        r = int(rank[1] or rank[2])
-        seqs = self.result.completed_seq
-        if r in seqs or len(seqs) < 4096:
-            seqs[r] = max(seq, seqs.get(r, seq))
+        """A line that is not NCCL's: the facts of TEXT_KINDS (PyTorch's world size, its
+        watchdog's sequence numbers, its word that init failed)."""
+        for kind in TEXT_KINDS:
+            if any(needle in text for needle in kind.needles):
+                m = kind.pattern.search(text)
+                if m is not None:
+                    kind.fold(self.result, m, text)
 
     def line(self, raw: bytes, counted: bool = False) -> None:
         """Parse one line (``counted``: already in the line accounting)."""
         result = self.result
-        text = clean(raw.decode("utf-8", "replace").rstrip("\r"))
+        text = _text(raw)
         env = parse_line(text)
         if env is None:
             if "NCCL version " in text:

@@ -53,7 +53,8 @@ def record(
 def may_match(identify: Identify, text: str) -> bool:
     """Whether any line of ``text`` (many lines at once) may be recognised: the catalogue's own
     gate (``identify.gate``) decides when it offers one, so lines it cannot match skip the
-    per-line call."""
+    per-line call. The gate must be blind to digits: the parser asks it about the shapes of
+    application lines (every digit as 0), once per shape."""
     gate = getattr(identify, "gate", None)
     return True if gate is None else bool(gate(text))
 
