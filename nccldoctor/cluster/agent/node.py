@@ -169,13 +169,14 @@ class NodeAgent:
 
 def _import_torch(loaded: threading.Event) -> None:
     """torch.distributed first (the store and preflight wait for it), then what the workers use."""
-    try:
-        import torch.distributed  # noqa: F401
-    finally:
-        loaded.set()  # a broken torch is preflight's to report, not to wait for
-    from nccldoctor.cluster.worker.rank import preload_torch
+    from nccldoctor.cluster.worker.rank import preload_torch, uncollected_imports
 
-    preload_torch()
+    with uncollected_imports():
+        try:
+            import torch.distributed  # noqa: F401
+        finally:
+            loaded.set()  # a broken torch is preflight's to report, not to wait for
+        preload_torch()
 
 
 def run_check(

@@ -360,10 +360,30 @@ def preload_torch() -> None:
     imports lazily on first construction), starving the heartbeat thread; paid here, the
     phases keep their heartbeats and their deadlines measure the work, not the imports.
     """
-    import torch._dynamo
-    import torch.distributed
-    import torch.nn.parallel
-    import torch.utils.data  # noqa: F401
+    with uncollected_imports():
+        import torch._dynamo
+        import torch.distributed
+        import torch.nn.parallel
+        import torch.utils.data  # noqa: F401
+
+
+@contextmanager
+def uncollected_imports() -> Iterator[None]:
+    """The cyclic collector off while torch is imported, and what was made by then frozen.
+
+    The imports make about half a million objects that stay alive to the end; every full
+    collection they set off walks all of them again, a third of torch._dynamo's import
+    (docs/design.md#import-gc). Frozen, the phases' collections and a forked worker's
+    ``gc.collect`` skip them as well (the child then copies none of their pages).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoReturn:
