@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,6 +365,18 @@ def preload_torch() -> None:
         import torch.distributed
         import torch.nn.parallel
         import torch.utils.data  # noqa: F401
+
+
+# libgomp reads this once, when torch loads it; unset, a thread that finished its part of an op
+# spins for a while before it sleeps, on the cores the node's other ranks and gloo's threads need
+# (docs/design.md#omp-wait).
+QUIET_OMP = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def quiet_omp(env: MutableMapping[str, str]) -> None:
+    """OpenMP's threads sleep when idle in a rank made from ``env``, unless the user chose."""
+    for name, value in QUIET_OMP.items():
+        env.setdefault(name, value)
 
 
 @contextmanager
