@@ -213,3 +213,19 @@ def test_a_rank_sleeps_its_idle_openmp_threads_unless_the_user_chose(tmp_path, u
     base = {"PATH": "/usr/bin"} if user is None else {"PATH": "/usr/bin", "OMP_WAIT_POLICY": user}
     assert launcher.worker_env(spec, 0, 0, base)["OMP_WAIT_POLICY"] == expected
     assert "OMP_WAIT_POLICY" not in base or base["OMP_WAIT_POLICY"] == user  # a copy changed
+
+
+def test_preloading_torch_freezes_its_objects_and_turns_the_collector_back_on():
+    """docs/design.md#import-gc: torch's objects out of every later collection's walk."""
+    import subprocess
+    import sys
+
+    script = (
+        "import gc\nfrom nccldoctor.cluster.worker.rank import preload_torch\n"
+        "before = gc.get_freeze_count()\npreload_torch()\n"
+        "print(before, gc.get_freeze_count(), gc.isenabled())"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()  # fmt: skip
+    before, frozen, enabled = int(out[0]), int(out[1]), out[2]
+    assert before == 0 and frozen > 100_000 and enabled == "True"
