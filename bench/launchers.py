@@ -69,6 +69,7 @@ def main() -> int:
         print("bench/launchers.py needs root, ip netns, slurm-wlm and munge", file=sys.stderr)
         return 2
     compile_checkout()
+    started_load = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="nccldoctor-bench-launchers-"))
     lab = SlurmLab(2, work / "slurm", prefix="198.18.78").build()
     try:
@@ -94,7 +95,10 @@ def main() -> int:
     print(f"{layout} nccldoctor check:    {min(check):.1f} s (runs: "
           + ", ".join(f"{s:.1f}" for s in check) + ")")  # fmt: skip
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
-    print(f"check / bare = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict}")
+    # the machine's other work moves both numbers: the ratio means little without it
+    load = ", ".join(f"{x:.2f}" for x in (*started_load, *os.getloadavg()))
+    print(f"check / bare = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict}; "
+          f"load average 1/5/15 min before, after: {load}")  # fmt: skip
     return 0 if ratio <= TARGET_RATIO else 1
 
 

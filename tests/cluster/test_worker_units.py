@@ -198,3 +198,34 @@ def test_missing_mnist_says_where_it_looked_and_synthetic_is_deterministic(tmp_p
     again = mnist.load_mnist(str(tmp_path), samples=64, seed=3)
     assert torch.equal(data.images, again.images) and torch.equal(data.labels, again.labels)
     assert len(set(data.labels.tolist())) > 1
+
+
+@pytest.mark.parametrize(("user", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_a_rank_sleeps_its_idle_openmp_threads_unless_the_user_chose(tmp_path, user, expected):
+    from nccldoctor.cluster.agent import launcher
+    from nccldoctor.cluster.timeouts import Timeouts
+
+    spec = launcher.WorkerSpec(
+        run_id="r", backend="gloo", master="127.0.0.1", port=29400, node_rank=0, rank_offset=0,
+        local_world=1, world_size=1, interface=None, timeouts=Timeouts(), mnist_root=None,
+        out=tmp_path,
+    )  # fmt: skip
+    base = {"PATH": "/usr/bin"} if user is None else {"PATH": "/usr/bin", "OMP_WAIT_POLICY": user}
+    assert launcher.worker_env(spec, 0, 0, base)["OMP_WAIT_POLICY"] == expected
+    assert "OMP_WAIT_POLICY" not in base or base["OMP_WAIT_POLICY"] == user  # a copy changed
+
+
+def test_preloading_torch_freezes_its_objects_and_turns_the_collector_back_on():
+    """docs/design.md#import-gc: torch's objects out of every later collection's walk."""
+    import subprocess
+    import sys
+
+    script = (
+        "import gc\nfrom nccldoctor.cluster.worker.rank import preload_torch\n"
+        "before = gc.get_freeze_count()\npreload_torch()\n"
+        "print(before, gc.get_freeze_count(), gc.isenabled())"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()  # fmt: skip
+    before, frozen, enabled = int(out[0]), int(out[1]), out[2]
+    assert before == 0 and frozen > 100_000 and enabled == "True"

@@ -47,6 +47,7 @@ def run_follower(
     block_stop_signals()
     started, t, me = time.monotonic(), config.timeouts, config.local
     say = progress or (lambda message: None)
+    worker_rank.quiet_omp(os.environ)  # before torch loads OpenMP (the worker env has it too)
     imported = threading.Thread(target=worker_rank.preload_torch, name="nccldoctor-import")
     imported.daemon = True
     imported.start()  # while local rank 0 runs the node's phases

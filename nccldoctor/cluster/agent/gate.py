@@ -28,6 +28,9 @@ from nccldoctor.cluster.agent.reach import connect_once
 from nccldoctor.facts.run import HelloReply, PortProbe
 
 _IO_TIMEOUT = 5.0
+# A node whose preflight ended first knocks before the master's gate is up (it opens when the
+# master's preflight ends): a refused connect costs a round trip, a long pause every node's start.
+HELLO_RETRY_S = 0.1
 
 
 @dataclass
@@ -198,9 +201,9 @@ def say_hello(
             )
         except (OSError, ValueError, KeyError) as exc:
             last = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() + 0.5 >= deadline:
+        if time.monotonic() + HELLO_RETRY_S >= deadline:
             return HelloReply(False, error=last)
-        time.sleep(0.5)
+        time.sleep(HELLO_RETRY_S)
 
 
 def whose_gate(

@@ -34,6 +34,7 @@ from pathlib import Path
 from nccldoctor.cluster.agent.local import FollowerProcess
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
+from nccldoctor.cluster.worker.rank import quiet_omp
 from nccldoctor.cluster.worker.workerwatch import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
 
@@ -111,6 +112,7 @@ def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, 
         MASTER_PORT=str(spec.port),
     )
     env.update(debug_env(base, directory, coll=True))  # a short run: COLL lines are affordable
+    quiet_omp(env)
     if spec.interface:
         env.setdefault("NCCL_SOCKET_IFNAME", spec.interface)
         env.setdefault("GLOO_SOCKET_IFNAME", spec.interface)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -39,6 +40,7 @@ from nccldoctor.cluster.agent.state import AgentState, PhaseFailed, Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import results
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.worker.rank import preload_torch, quiet_omp, uncollected_imports
 from nccldoctor.report import Report
 
 Phase = Callable[[AgentState, dict[str, Any]], None]
@@ -82,7 +84,9 @@ class NodeAgent:
         state, run = self.state, self.state.run
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         # Seconds of CPU: torch's own libraries first (then preflight may load others), then
-        # what the workers use, while the phases up to theirs run.
+        # what the workers use, while the phases up to theirs run. A forked worker keeps the
+        # OpenMP this process loads, so its setting goes in first (state.env stays the user's).
+        quiet_omp(os.environ)
         state.torch = state.background.submit(_import_torch, state.torch_loaded)
         try:
             self._open_local()
@@ -169,13 +173,12 @@ class NodeAgent:
 
 def _import_torch(loaded: threading.Event) -> None:
     """torch.distributed first (the store and preflight wait for it), then what the workers use."""
-    try:
-        import torch.distributed  # noqa: F401
-    finally:
-        loaded.set()  # a broken torch is preflight's to report, not to wait for
-    from nccldoctor.cluster.worker.rank import preload_torch
-
-    preload_torch()
+    with uncollected_imports():
+        try:
+            import torch.distributed  # noqa: F401
+        finally:
+            loaded.set()  # a broken torch is preflight's to report, not to wait for
+        preload_torch()
 
 
 def run_check(
