@@ -14,6 +14,7 @@ from typing import Any
 
 from nccldoctor.ncclog.parser import LogSet
 from nccldoctor.ncclog.summary import CommGroup, group_comms, summarize
+from nccldoctor.units import format_bytes
 
 Fact = tuple[Any, str | None]  # a headline value and the evidence it came from
 
@@ -219,17 +220,6 @@ def explain_logs(logs: LogSet) -> dict[str, Any]:
     return {**keys, "nccl": nccl}
 
 
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    if n >= 1024:
-        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if n >= size:
-                return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 def _algo_phrase(rows: list[dict[str, Any]], func: str) -> str:
     mine = [r for r in rows if (r["collective"] or "?") == func]
     if not mine:
@@ -239,14 +229,14 @@ def _algo_phrase(rows: list[dict[str, Any]], func: str) -> str:
     for r in mine:
         pick = f"{r['algorithm']}/{r['protocol']}"
         if r["source"] == "log":
-            lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"])
+            lo, hi = format_bytes(r["min_bytes"]), format_bytes(r["max_bytes"])
             parts.append(f"{pick} for {lo}" + ("" if lo == hi else f"–{hi}"))
         elif r["min_bytes"] == 0:
             parts.append(f"{pick} below" if len(mine) > 1 else f"{pick} at every size")
         elif r["max_bytes"] is None:
-            parts.append(f"{pick} for ≥ {human_bytes(r['min_bytes'])}")
+            parts.append(f"{pick} for ≥ {format_bytes(r['min_bytes'])}")
         else:
-            lo, hi = human_bytes(r["min_bytes"]), human_bytes(r["max_bytes"] + 1)
+            lo, hi = format_bytes(r["min_bytes"]), format_bytes(r["max_bytes"] + 1)
             parts.append(f"{pick} for {lo}–{hi}")
     shown = parts[:3] + (["…"] if len(parts) > 3 else [])
     how = "as logged" if mine[0]["source"] == "log" else "by NCCL's tuning model"
