@@ -76,7 +76,12 @@ def ranks_missing(reading: FlightRecorderReading) -> Iterator[Problem]:
             f"that {ranges(joined)} issued{last}.",
             [f"{group.label}: {group.matched} collectives matched before #{d.seq}"]
             + [_side_line(s) for s in d.sides]
-            + [line for t in d.culprits for line in _tail_lines(t)],
+            + [line for t in d.culprits for line in _tail_lines(t)]
+            + [
+                f"rank {r}'s NCCL log stops at: {reading.log_stops[r]}"
+                for r in d.missing
+                if r in reading.log_stops
+            ],
             fix=(
                 "Look at the code of the missing rank at the stack above: a rank that skips or "
                 "reorders a collective (a data-dependent branch, an uneven last batch without "

@@ -41,16 +41,18 @@ def judge_logs(logs: LogSet) -> list[Finding]:
 
 
 def explain_dumps(
-    dumps: Sequence[tuple[Path, int | None]],
+    dumps: Sequence[tuple[Path, int | None]], log_stops: dict[int, str] | None = None
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The ``flight_recorder`` section and the flightrec findings of dump files, each with its
-    rank (None: the number its file name ends with); (None, []) without any."""
+    rank (None: the number its file name ends with); (None, []) without any. ``log_stops``:
+    where each global rank's NCCL log stops, for the rank the dumps name as missing."""
     if not dumps:
         return None, []
     analysis = flightrec.Analysis()
     for path, rank in dumps:
         analysis.add_file(path, rank)
     reading = analysis.reading()
+    reading.log_stops = dict(log_stops or {})
     return reading.to_dict(), run_checks("flightrec", reading)
 
 
@@ -102,7 +104,9 @@ def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], lis
 def _flight_recorder(
     files: list[Attachment], context: Context
 ) -> tuple[dict[str, Any], list[Finding]]:
-    section, found = explain_dumps([(Path(f.path), None) for f in files])
+    section, found = explain_dumps(
+        [(Path(f.path), None) for f in files], context.get("world_log_stops")
+    )
     return section or {}, found
 
 
@@ -156,6 +160,23 @@ def _log_ranks(summary: Any) -> tuple[dict[tuple[int, int], str], dict[tuple[int
     return last, hosts
 
 
+def _world_log_stops(summary: Any) -> dict[int, str]:
+    """Where each global rank's NCCL log stops: the last line of each rank of the logs' one
+    communicator that spans the most ranks (the default process group's, whose NCCL ranks are
+    the global ranks); nothing when two communicators are that size (which is the world's is
+    then not known)."""
+    comms = [c for c in (summary or {}).get("communicators") or [] if isinstance(c, dict)]
+    sizes = [c.get("nranks") for c in comms if isinstance(c.get("nranks"), int)]
+    if not sizes or sizes.count(max(sizes)) != 1:
+        return {}
+    (world,) = (c for c in comms if c.get("nranks") == max(sizes))
+    return {
+        r["rank"]: r["last_line"]
+        for r in world.get("ranks") or []
+        if isinstance(r, dict) and isinstance(r.get("rank"), int) and r.get("last_line")
+    }
+
+
 def explain_ticket(
     ticket: Ticket, jobs: int | None = None, progress: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any], list[Finding]]:
@@ -172,6 +193,7 @@ def explain_ticket(
         "network": extra.get("network"),
         "links": links,
         "log_ranks": _log_ranks(extra.get("nccl")),
+        "world_log_stops": _world_log_stops(extra.get("nccl")),
     }
     for kind, analyse in ANALYSES.items():
         files = ticket.of_kind(kind)

@@ -234,6 +234,23 @@ def test_a_rank_ras_names_missing_is_shown_where_its_nccl_log_stops(tmp_path):
     assert missing["evidence"][0] == f"rank 1's NCCL log stops at: {last_nccl}"
 
 
+def test_the_rank_the_dumps_name_missing_is_shown_where_its_nccl_log_stops(tmp_path):
+    # derived: genuine dumps of a two-rank job where rank 1 skipped an allreduce, beside the
+    # NCCL logs of another two-rank job: the link is by global rank, as one job's ticket has it
+    folder = tmp_path / "t"
+    folder.mkdir()
+    logs = FIXTURES / "logs" / "v2.18-socket-2node"
+    for path in [*logs.iterdir(), *(FIXTURES / "flightrec" / "gloo-skip").iterdir()]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
+    document = json.loads(result.stdout)
+    (missing,) = [f for f in document["findings"] if f["id"] == "flightrec.ranks-missing"]
+    lines = (logs / "nccl.node-b.5822.log").read_text().splitlines()
+    last_nccl = [line for line in lines if " NCCL " in line][-1]
+    assert missing["rank"] == 1
+    assert missing["evidence"][-1] == f"rank 1's NCCL log stops at: {last_nccl}"
+
+
 class _Exploit:
     def __reduce__(self):
         return (Path.touch, (Path("/tmp/nccldoctor-pwned-by-a-dump"),))
@@ -294,3 +311,15 @@ def test_a_rank_the_diagnostics_name_is_placed_on_its_host_by_its_nccl_log(tmp_p
     (ecc,) = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "ras.diag-ecc"]
     assert (ecc["severity"], ecc["node"], ecc["rank"]) == ("fail", "dgx-01", 2)
     assert ecc["evidence"][-1] == "rank 2 ran on dgx-01 (its NCCL log)"
+
+
+def test_log_stops_come_only_from_one_world_sized_communicator():
+    from nccldoctor.explain import _world_log_stops
+
+    def comm(nranks, line):
+        return {"nranks": nranks, "ranks": [{"rank": 1, "last_line": line}, {"rank": "x"}]}
+
+    assert _world_log_stops({"communicators": [comm(2, "a"), comm(1, "b")]}) == {1: "a"}
+    assert _world_log_stops({"communicators": [comm(2, "a"), comm(2, "b")]}) == {}  # which?
+    assert _world_log_stops({"communicators": "garbage"}) == {}
+    assert _world_log_stops(None) == {}

@@ -191,6 +191,9 @@ class GroupReading:
 class FlightRecorderReading:
     dumps: list[DumpRead]
     groups: list[GroupReading]
+    # Where each global rank's NCCL log stops, when the same ticket holds the job's logs
+    # (``explain_ticket``: the ranks of its one world-sized communicator)
+    log_stops: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
