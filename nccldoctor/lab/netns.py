@@ -71,7 +71,9 @@ class NetLab:
 
     nodes: int
     prefix: str = "198.18.7"  # the /24 the hosts live in
-    tag: str = field(default_factory=lambda: f"ca{secrets.token_hex(2)}")
+    # names every namespace and link of the lab: "ca" + 6 hex digits + "h0" fits a link name's
+    # 15 characters, and two labs on one machine (concurrent test runs) do not meet
+    tag: str = field(default_factory=lambda: f"ca{secrets.token_hex(3)}")
     docker: str | None = None  # "bridge" | "host": one Docker container per host
     publish: Sequence[int] = ()  # ports the master's host (host 0) publishes (-p P:P)
     hostname: str | None = None  # every container's --hostname (else each its id)
@@ -112,6 +114,7 @@ class NetLab:
         ns, outside, inside = f"{self.tag}n{i}", f"{self.tag}h{i}", f"{self.tag}p{i}"
         self._add_ns(ns)
         _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        self._made.append(("link", outside))  # a build that fails past here removes the pair
         _ip("link", "set", outside, "master", self.bridge, "up")
         _ip("link", "set", inside, "netns", ns)
         host = LabHost(f"node{i}", ns, f"{self.prefix}.{i + 1}", ns)
@@ -144,6 +147,7 @@ class NetLab:
             self._add_ns(host.ns)
             outside, inside = f"{self.tag}v{i}", f"{self.tag}w{i}"
             _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            self._made.append(("link", outside))
             _ip("link", "set", outside, "netns", host.host_ns)
             _ip("link", "set", inside, "netns", host.ns)
             on_host, in_container = self._in(host.host_ns), self._in(host.ns)
