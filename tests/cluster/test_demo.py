@@ -33,7 +33,7 @@ def test_demo_in_namespaces_prints_the_verdict_and_cleans_up(tmp_path):
     assert "Check of 2 ranks on node0, node1, backend gloo." in proc.stdout  # the headline
     assert f"Report: {tmp_path}/node0/check-cluster.json (netns" in proc.stdout
     assert proc.stdout.splitlines()[-1] == f"Page: {tmp_path}/node0/check-cluster.html"
-    tag = re.search(r"on bridge (ca[0-9a-f]{4})br", proc.stderr).group(1)
+    tag = re.search(r"on bridge (ca[0-9a-f]{6})br", proc.stderr).group(1)
     assert "network namespaces removed" in proc.stderr
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert tag not in namespaces
