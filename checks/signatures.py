@@ -71,6 +71,7 @@ class Signature:
     source: str
     versions: str
     not_from: tuple[str, ...] = ()
+    weight: int = 0  # how much fixed text the pattern spells out: its specificity
 
     def describes(self, line: str) -> bool:
         """Whether ``line`` (a whole log line) is this problem: not printed from a ``not_from``
@@ -114,16 +115,18 @@ class SignatureMatcher:
     """Matches lines against a validated catalogue; build it once, call ``match`` per line."""
 
     def __init__(self, signatures: tuple[Signature, ...]) -> None:
-        compiled = [(sig, re.compile(sig.pattern)) for sig in signatures]
-        weights = {sig.id: _literal_weight(rx.pattern) for sig, rx in compiled}
-        compiled.sort(key=lambda pair: -weights[pair[0].id])  # stable: ties keep file order
-        self.signatures: tuple[Signature, ...] = tuple(sig for sig, _ in compiled)
-        self._entries = tuple(compiled)
+        # sorted() is stable: ties keep file order
+        self.signatures: tuple[Signature, ...] = tuple(sorted(signatures, key=lambda s: -s.weight))
         self._gate = re.compile(_trie_regex({_gate_literal(sig.prefilter) for sig in signatures}))
 
     def gate(self, text: str) -> bool:
         """Whether some signature's prefilter may occur in ``text``: a cheap test of many lines."""
         return self._gate.search(text) is not None
+
+    @functools.cached_property
+    def _entries(self) -> tuple[tuple[Signature, re.Pattern[str]], ...]:
+        # compiled when a line first passes the gate: most runs never need a pattern
+        return tuple((sig, re.compile(sig.pattern)) for sig in self.signatures)
 
     def match(self, text: str) -> list[SignatureMatch]:
         """All signatures matching ``text``, most specific first; ``[]`` for most lines."""
@@ -233,21 +236,21 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
     except ValueError:
         raise SignatureError(f"{where}: unknown severity {entry['severity']!r}") from None
     pattern = _expand(entry["pattern"], fragments, where)
-    try:
-        compiled = re.compile(pattern)
+    try:  # parsed once for every test below; compiled when first needed (SignatureMatcher)
+        tree = sre_parse.parse(pattern)
     except re.error as exc:
         raise SignatureError(f"{where}: pattern does not compile: {exc}") from exc
-    if compiled.flags & (re.IGNORECASE | re.VERBOSE):
+    if tree.state.flags & (re.IGNORECASE | re.VERBOSE):
         raise SignatureError(f"{where}: inline flags (?i)/(?x) are not allowed")
-    if not _implies(sre_parse.parse(pattern), entry["prefilter"]):
+    if not _implies(tree, entry["prefilter"]):
         raise SignatureError(
             f"{where}: prefilter {entry['prefilter']!r} is not literal text that every match "
             "of the pattern contains"
         )
     placeholders = {f for _, f, _, _ in string.Formatter().parse(entry["title"]) if f}
-    if not placeholders <= set(compiled.groupindex):
+    if not placeholders <= set(tree.state.groupdict):
         raise SignatureError(
-            f"{where}: title placeholders {sorted(placeholders - set(compiled.groupindex))} "
+            f"{where}: title placeholders {sorted(placeholders - set(tree.state.groupdict))} "
             "are not named groups of the pattern"
         )
     return Signature(
@@ -263,6 +266,7 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         source=entry["source"],
         versions=entry["versions"],
         not_from=tuple(not_from),
+        weight=_literal_weight(tree),
     )
 
 
@@ -327,9 +331,9 @@ def _implies(items: Any, literal: str) -> bool:
     )
 
 
-def _literal_weight(pattern: str) -> int:
-    """How much fixed text a pattern spells out (top-level runs): its specificity."""
-    runs, _ = _runs(sre_parse.parse(pattern))
+def _literal_weight(tree: Any) -> int:
+    """How much fixed text a parsed pattern spells out (top-level runs): its specificity."""
+    runs, _ = _runs(tree)
     return sum(map(len, runs))
 
 

@@ -46,6 +46,13 @@ _ALSO_A_LOG = {"nccl_tests": _NCCL_LINE, "ras": re.compile(r" NCCL (?:INFO|WARN)
 # ncclras's headings (src/ras/client_support.cc), and NCCL 2.31+'s diagnostics lines
 # ("host:pid NCCL DIAG ...", src/include/diagnostics_log.h) in ncclras -D output or a job's stdout
 _RAS_TEXT = re.compile(r"^Job summary\r?\n=+|^Communicators\.\.\.|(?::\d+ |^)NCCL DIAG ", re.M)
+# sre tries a multiline ^ at every position (~2 ms per 64 KiB head): the words first, in C
+_RAS_WORDS = ("Job summary", "Communicators...", "NCCL DIAG ")
+
+
+def _ras_text(head: bytes) -> bool:
+    text = _text(head)
+    return any(word in text for word in _RAS_WORDS) and bool(_RAS_TEXT.search(text))
 
 
 def _is_binary(head: bytes) -> bool:
@@ -69,7 +76,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("nccl_tests", "nccl-tests outputs", lambda h: _json_with("results", "config")(h)
          or (not _is_binary(h) and bool(_NCCL_TESTS_TEXT.search(_text(h))))),
     Kind("ras", "NCCL RAS outputs", lambda h: _json_with("communicators", "nccl_version")(h)
-         or (not _is_binary(h) and bool(_RAS_TEXT.search(_text(h))))),
+         or (not _is_binary(h) and _ras_text(h))),
     Kind("logs", "NCCL logs", lambda h: not _is_binary(h) and h.lstrip()[:1] != b"{"),
 )  # fmt: skip
 KIND_NAMES = tuple(k.name for k in KINDS)

@@ -81,6 +81,13 @@ def test_catalogue_has_at_least_40_unique_well_formed_entries() -> None:
         assert sig.cause and sig.fix and sig.reference and sig.versions, sig.id
 
 
+def test_every_shipped_pattern_compiles() -> None:
+    """Loading parses each pattern; compiling waits for the first line through the gate, so a
+    pattern only the compiler would refuse is found here, not in a user's run."""
+    for sig in SIGNATURES:
+        assert re.compile(sig.pattern), sig.id
+
+
 def test_catalogue_covers_the_three_sources() -> None:
     counts = {
         source: sum(sig.source == source for sig in SIGNATURES) for source in ("nccl", "torch")

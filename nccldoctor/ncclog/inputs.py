@@ -124,22 +124,12 @@ class BlockReader:
                     if nl < 0:
                         continue
                     start, skipping = nl + 1, False
-                if carry:
-                    nl = data.find(b"\n", start)
-                    if nl < 0:
-                        carry += data[start:]
-                        start = len(data)
-                    else:
-                        yield self._capped(
-                            carry + data[start : nl + 1], 0, len(carry) + nl + 1 - start
-                        )
-                        carry, start = b"", nl + 1
+                if carry:  # one block per read: the line cut by the last read leads it
+                    data, start, carry = carry + data[start:], 0, b""
                 end = data.rfind(b"\n", start) + 1
                 if end > start:
                     yield self._capped(data, start, end)
-                    carry = data[end:]
-                elif start < len(data):
-                    carry += data[start:]
+                carry = data[max(start, end) :]
                 if len(carry) > self.max_line:
                     self.truncated += 1
                     yield carry[: self.max_line] + b"\n", 0, self.max_line + 1

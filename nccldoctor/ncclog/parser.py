@@ -568,6 +568,8 @@ def parse_sources(
     files = [s for s in sources if s.name != "-"]
     pooled = jobs > 1 and len(files) > 1 and sum(s.size for s in files) >= POOL_MIN_BYTES
     if pooled:
+        if identify is not None:  # the catalogue is loaded before the fork: the workers share it
+            may_match(identify, "")
         import multiprocessing  # only runs that spread over processes pay for these imports
         from concurrent.futures import ProcessPoolExecutor
 

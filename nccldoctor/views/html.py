@@ -41,6 +41,7 @@ def _environment(directory: Path) -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(directory),
+        bytecode_cache=_bytecode_cache(jinja2),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -53,6 +54,31 @@ def _environment(directory: Path) -> Any:
         num=number,
     )
     return env
+
+
+def _bytecode_cache(jinja2: Any) -> Any:
+    """jinja2's own cache of compiled templates (a private folder in the temp directory, keyed
+    by each template's checksum and jinja2's version): compiling the page template costs ~60 ms
+    of every run that writes a page, loading it ~1 ms. None when no safe folder exists; a cache
+    that cannot be read or written is a compile, never an error."""
+
+    class QuietCache(jinja2.FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: Any) -> None:
+            try:
+                super().load_bytecode(bucket)  # jinja2 itself resets a bucket it cannot load
+            except OSError:
+                bucket.reset()
+
+        def dump_bytecode(self, bucket: Any) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:
+                pass
+
+    try:
+        return QuietCache()
+    except (OSError, RuntimeError):  # no temp directory of this user's own
+        return None
 
 
 def number(value: Any, digits: int = 2) -> str:

@@ -204,3 +204,33 @@ def test_parser_summary_gives_per_rank_transports_rings_and_trees() -> None:
     assert '<span class="p2p">P2P/CUMEM × 16</span>' in html
     assert "Channel 0: 0 → 1 → 2 → 3 → 0" in html
     assert "rank 0: [0] 1/-1/-1-&gt;0-&gt;-1 [1]" in html
+
+
+@pytest.mark.parametrize("broken", ["garbage in the file", "the folder is a file"])
+def test_a_broken_template_cache_is_a_compile_not_an_error(broken, tmp_path, monkeypatch) -> None:
+    """jinja2's bytecode cache lives in the temp directory: whatever is found there, the page
+    is the same, compiled afresh."""
+    import tempfile
+
+    from nccldoctor.views import html
+
+    document = fixture_document("healthy-check")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    html._environment.cache_clear()
+    expected = render_document_html(document)  # compiled, and written to the cache
+    (folder,) = tmp_path.glob("_jinja2-cache-*")
+    cached = list(folder.glob("*.cache"))
+    assert cached
+    for path in cached:
+        if broken == "garbage in the file":
+            path.write_bytes(b"\x00not marshal data" * 64)
+        else:
+            path.unlink()
+    if broken == "the folder is a file":
+        folder.rmdir()
+        folder.write_text("not a folder")
+    html._environment.cache_clear()
+    try:
+        assert render_document_html(document) == expected
+    finally:
+        html._environment.cache_clear()
