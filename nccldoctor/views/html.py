@@ -9,6 +9,7 @@ could not load or run anything.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import shlex
 from functools import cache
@@ -70,10 +71,8 @@ def _bytecode_cache(jinja2: Any) -> Any:
                 bucket.reset()
 
         def dump_bytecode(self, bucket: Any) -> None:
-            try:
+            with contextlib.suppress(OSError):
                 super().dump_bytecode(bucket)
-            except OSError:
-                pass
 
     try:
         return QuietCache()
