@@ -12,6 +12,7 @@ import gzip
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,6 +87,48 @@ def _open(name: str) -> BinaryIO:
 
 
 Block = tuple[bytes, int, int]  # data[start:end] is whole lines, each ending in a newline
+# The lines of a plain file that start at a byte offset in [first, stop) (stop None: its end).
+# Stretches that tile a file read every line once, wherever they cut it: a file is parsed by
+# several processes at once that way.
+Stretch = tuple[int, int | None]
+
+
+STRETCH_MIN = 16 << 20  # a smaller stretch costs its process more in set-up than it saves
+CUT_WINDOW = 1 << 20  # how far past its place a cut looks for a line to fall before
+
+
+def stretches(source: Source, size: int, before: bytes) -> list[Stretch]:
+    """A plain file cut into stretches of about ``size`` bytes (at least ``STRETCH_MIN``), each
+    cut just before a line holding ``before``; a small, compressed (read from its start only) or
+    unreadable file whole. The last stretch runs to the end, wherever that is when it is read."""
+    size = max(size, STRETCH_MIN)
+    if source.name == STDIN or source.size < 2 * size:
+        return [(0, None)]
+    try:
+        with open(source.name, "rb") as probe:
+            if probe.read(2) == b"\x1f\x8b":
+                return [(0, None)]
+            n = round(source.size / size)
+            found = (cut_before(probe, source.size * i // n, before) for i in range(1, n))
+            cuts = [0, *sorted({c for c in found if c is not None})]
+    except OSError:
+        return [(0, None)]  # its reader says why
+    return [*pairwise(cuts), (cuts[-1], None)]
+
+
+def cut_before(stream: BinaryIO, at: int, before: bytes) -> int | None:
+    """Where the first line after offset ``at`` starts that holds ``before``, or that follows a
+    line without ``NCCL`` and holds none itself (None: no such line within ``CUT_WINDOW``). The
+    parser cuts between collective lines, or between the application's lines, that way: where
+    no process is in the middle of an init, whose lines a stretch could not place."""
+    stream.seek(at)
+    cut, *lines = stream.read(CUT_WINDOW).split(b"\n")
+    offset = at + len(cut) + 1  # where lines[0] starts, the first whole line
+    for prev, line in pairwise(lines[:-1]):  # the last one may be cut by the window
+        offset += len(prev) + 1
+        if before in line or (b"NCCL" not in prev and b"NCCL" not in line):
+            return offset
+    return None
 
 
 class BlockReader:
@@ -94,10 +137,17 @@ class BlockReader:
     ``truncated`` counts lines cut to ``max_line``; ``read_error`` says why reading stopped early.
     """
 
-    def __init__(self, name: str, block: int = BLOCK_BYTES, max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self,
+        name: str,
+        block: int = BLOCK_BYTES,
+        max_line: int = MAX_LINE,
+        stretch: Stretch = (0, None),
+    ) -> None:
         self.name = name
         self.block = block
         self.max_line = max_line
+        self.first, self.stop = stretch
         self.truncated = 0
         self.read_error: str | None = None
 
@@ -109,6 +159,10 @@ class BlockReader:
             return
         carry = b""  # the start of a line the next read completes
         skipping = False  # inside the unread rest of an over-long line
+        at = 0  # where the next read starts in the file
+        if self.first:  # the line cut at ``first`` is the stretch's before: skip to its end
+            stream.seek(self.first - 1)
+            at, skipping = self.first - 1, True
         try:
             while True:
                 try:
@@ -118,14 +172,27 @@ class BlockReader:
                     data = b""
                 if not data:
                     break
-                start = 0
+                base, at, start = at, at + len(data), 0  # base: where data[0] is in the file
                 if skipping:
                     nl = data.find(b"\n")
                     if nl < 0:
                         continue
                     start, skipping = nl + 1, False
                 if carry:  # one block per read: the line cut by the last read leads it
-                    data, start, carry = carry + data[start:], 0, b""
+                    data, base, start, carry = (
+                        carry + data[start:],
+                        base + start - len(carry),
+                        0,
+                        b"",
+                    )
+                if self.stop is not None:
+                    if base + start >= self.stop:
+                        return  # the lines from here on start in the next stretch
+                    if at >= self.stop:  # the last line starting before ``stop`` ends the stretch
+                        nl = data.find(b"\n", max(start, self.stop - 1 - base))
+                        if nl >= 0:
+                            yield self._capped(data, start, nl + 1)
+                            return
                 end = data.rfind(b"\n", start) + 1
                 if end > start:
                     yield self._capped(data, start, end)

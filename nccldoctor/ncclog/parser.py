@@ -18,11 +18,20 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import filterfalse, pairwise
 
 from nccldoctor.ncclog.envelope import clean, parse_line
-from nccldoctor.ncclog.inputs import BLOCK_BYTES, MAX_LINE, Block, BlockReader, Source
+from nccldoctor.ncclog.inputs import (
+    BLOCK_BYTES,
+    MAX_LINE,
+    Block,
+    BlockReader,
+    Source,
+    Stretch,
+    stretches,
+)
+from nccldoctor.ncclog.joins import continue_into, merge_into
 from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, match_kind
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
@@ -61,6 +70,7 @@ EXACT_COMMS = 4  # up to this many communicators, a block's collectives are coun
 MEMO_LIMIT = 4096
 WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
+TASKS_PER_JOB = 8  # stretches per process: they finish together however unlike the files are
 
 
 @dataclass
@@ -84,6 +94,8 @@ class LogSet:
     init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
     completed_seq: dict[int, int] = field(default_factory=dict)  # rank -> last completed SeqNum
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
+    last_key: str | None = None  # the process of the last NCCL line
+    unclaimed_version: str | None = None  # a bare "NCCL version" line before any process's line
 
     def merge(self, other: LogSet) -> None:
         for key, proc in other.processes.items():
@@ -91,7 +103,7 @@ class LogSet:
             if mine is None:
                 self.processes[key] = proc
             else:
-                _merge_into(mine, proc)
+                merge_into(mine, proc)
         self.sources.extend(other.sources)
         for name in (
             "lines",
@@ -116,32 +128,28 @@ class LogSet:
             self.completed_seq[rank] = max(seq, self.completed_seq.get(rank, seq))
         merge_hits(self.signatures, other.signatures)
 
+    def continue_with(self, later: LogSet) -> None:
+        """Fold in the record of the next stretch of the same file (``parse_stretch``)."""
+        for key, proc in later.processes.items():
+            mine = self.processes.get(key)
+            if mine is None:
+                self.processes[key] = proc
+            else:
+                continue_into(mine, proc)
+        if later.unclaimed_version and self.last_key:
+            _claim_version(self.processes[self.last_key], later.unclaimed_version)
+        self.last_key = later.last_key or self.last_key
+        later.processes, later.sources = {}, []
+        later.read_errors = [e for e in later.read_errors if e not in self.read_errors]
+        self.merge(later)
 
-def _merge_into(mine: object, other: object) -> None:
-    """Fold a second record of the same process (e.g. stdout and NCCL_DEBUG_FILE) into the first."""
-    for f in fields(mine):  # type: ignore[arg-type]
-        a, b = getattr(mine, f.name), getattr(other, f.name)
-        if b is None:  # the second record did not see it (e.g. no bootstrap line there)
-            continue
-        if f.name == "last_op":
-            if b is not None and (a is None or b.op_count > a.op_count):
-                setattr(mine, f.name, b)
-        elif isinstance(a, bool):
-            setattr(mine, f.name, a or b)
-        elif isinstance(a, int) and f.name in ("lines", "warn_count", "connections_dropped"):
-            setattr(mine, f.name, a + b)
-        elif isinstance(a, list):
-            a.extend(x for x in b[: max(0, 64 - len(a))] if x not in a)
-        elif isinstance(a, set):
-            a.update(b)
-        elif isinstance(a, dict):
-            for k, v in b.items():
-                if k not in a:
-                    a[k] = v
-                elif f.name == "comms":
-                    _merge_into(a[k], v)
-        elif a is None or a == "" or (hasattr(a, "rows") and not a.rows):
-            setattr(mine, f.name, b)
+
+def _claim_version(proc: ProcessLog, text: str) -> None:
+    """≤2.21 rank 0 printf()s ``NCCL version …`` bare (init.cc): the process before it owns it."""
+    found = match_kind(text[text.find("NCCL version ") :])
+    if found is not None and proc.nccl_version is None:
+        kind, m = found
+        kind.fold(proc, m, None)  # type: ignore[arg-type]
 
 
 class SourceParser:
@@ -150,7 +158,6 @@ class SourceParser:
     def __init__(self, name: str, identify: Identify | None = None) -> None:
         self.result = LogSet(sources=[name])
         self._identify = identify
-        self._last_key: str | None = None
         self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
         self._last_coll: Block | None = None  # its tail holds the latest collectives
         self._calls = False  # whether this source has NCCL CALL lines at all
@@ -166,7 +173,7 @@ class SourceParser:
         proc = self.result.processes.get(key)
         if proc is None:
             proc = self.result.processes[key] = ProcessLog(key, host, pid, self.result.sources[:1])
-        self._last_key = key
+        self.result.last_key = key
         return proc
 
     def _comm_needles(self) -> dict[str, bytes]:
@@ -441,7 +448,7 @@ class SourceParser:
             first = max(start, data.rfind(b"\n", start, stop) + 1)
             raw = data[first:stop]
             if raw.find(b" NCCL ") >= 0:
-                text = raw.decode("utf-8", "replace").rstrip("\r")
+                text = _text(raw)  # as the line was read: a Markdown mark is not in its host
                 env = parse_line(text)
                 if env is not None:
                     self._process(env.head.key, env.head.host, env.head.pid).last_line = text
@@ -453,11 +460,13 @@ class SourceParser:
     def _bare_version(self, text: str) -> None:
         result = self.result
         found = match_kind(text[text.find("NCCL version ") :])
-        proc = result.processes.get(self._last_key or "")
-        if found is not None and proc is not None and proc.nccl_version is None:
-            kind, m = found
-            kind.fold(proc, m, None)  # type: ignore[arg-type]
-        if found is not None and len(result.bare_versions) < 8:
+        if found is None:
+            return
+        if result.last_key is None:  # its process is in the stretch before (continue_with)
+            result.unclaimed_version = result.unclaimed_version or text
+        else:
+            _claim_version(result.processes[result.last_key], text)
+        if len(result.bare_versions) < 8:
             text = text.strip()
             if text not in result.bare_versions:
                 result.bare_versions.append(text)
@@ -478,11 +487,10 @@ class SourceParser:
         env = parse_line(text)
         if env is None:
             if "NCCL version " in text:
-                # ≤2.21 rank 0 printf()s it bare (init.cc): it belongs to the process before it
                 self._bare_version(text)
             elif counted or " NCCL " in text:
                 result.garbled_lines += 1
-            elif text.strip():
+            elif raw:  # as the lines only counted in bulk are: a Markdown fence is a line too
                 result.other_lines += 1
                 self._other(text)
             if self._identify and text.strip():  # whose line: known in a one-process file only
@@ -537,7 +545,19 @@ def parse_source(
 ) -> LogSet:
     """Parse one file (or ``-``); never raises on bad content. ``identify`` names the known
     signature of a WARN or non-NCCL line (see :mod:`~nccldoctor.ncclog.signals`)."""
-    reader = BlockReader(name, block, max_line)
+    return _settled(parse_stretch(name, (0, None), block, max_line, identify))
+
+
+def parse_stretch(
+    name: str,
+    stretch: Stretch,
+    block: int = BLOCK_BYTES,
+    max_line: int = MAX_LINE,
+    identify: Identify | None = None,
+) -> LogSet:
+    """Parse the lines of one file that start in ``stretch``; the stretches of a file, parsed
+    anywhere and folded in order with ``LogSet.continue_with``, are the file parsed whole."""
+    reader = BlockReader(name, block, max_line, stretch)
     parser = SourceParser(name, identify)
     for data, start, end in reader:
         parser.feed(data, start, end)
@@ -546,12 +566,21 @@ def parse_source(
     result.truncated_lines = reader.truncated
     if reader.read_error:
         result.read_errors.append(f"{name}: {reader.read_error}")
-    if len(result.processes) == 1:  # one rank's file: every line in it is that rank's
+    return result
+
+
+def _settled(result: LogSet) -> LogSet:
+    """A whole file's record: in one rank's file every line, and every signature, is its."""
+    if len(result.processes) == 1:
         only = next(iter(result.processes.values()))
         only.lines = result.lines
         for hit in result.signatures.values():
             hit.lines = [(text, line, key or only.key) for text, line, key in hit.lines]
     return result
+
+
+def _parse_task(task: tuple[str, Stretch], identify: Identify | None) -> LogSet:
+    return parse_stretch(task[0], task[1], identify=identify)
 
 
 def parse_sources(
@@ -560,27 +589,36 @@ def parse_sources(
     progress: Callable[[str], None] | None = None,
     identify: Identify | None = None,
 ) -> LogSet:
-    """Parse every source, spreading files over ``jobs`` processes when that pays off.
-    ``identify`` must be picklable by reference (a module-level function) for the pool."""
+    """Parse every source, spreading stretches of the files over ``jobs`` processes when that
+    pays off. ``identify`` must be picklable by reference (a module-level function) for the pool."""
     sources = list(sources)
     merged = LogSet()
     jobs = jobs or os.cpu_count() or 1
-    files = [s for s in sources if s.name != "-"]
-    pooled = jobs > 1 and len(files) > 1 and sum(s.size for s in files) >= POOL_MIN_BYTES
+    files = sorted((s for s in sources if s.name != "-"), key=lambda s: -s.size)  # big first
+    total = sum(s.size for s in files)
+    size = total // (jobs * TASKS_PER_JOB)
+    tasks = [(s.name, cut) for s in files for cut in stretches(s, size, COLL_NEEDLE)]
+    pooled = jobs > 1 and len(tasks) > 1 and total >= POOL_MIN_BYTES
     if pooled:
         if identify is not None:  # the catalogue is loaded before the fork: the workers share it
             may_match(identify, "")
         import multiprocessing  # only runs that spread over processes pay for these imports
         from concurrent.futures import ProcessPoolExecutor
 
-        names = [s.name for s in sorted(files, key=lambda s: -s.size)]  # big first: even finish
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-            parse = functools.partial(parse_source, identify=identify)
-            for name, result in zip(names, pool.map(parse, names), strict=True):
-                merged.merge(result)
-                if progress:
-                    progress(name)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+            parse = functools.partial(_parse_task, identify=identify)
+            whole: LogSet | None = None  # the file being folded, stretch by stretch
+            for (name, (_, stop)), result in zip(tasks, pool.map(parse, tasks), strict=True):
+                if whole is None:
+                    whole = result
+                else:
+                    whole.continue_with(result)
+                if stop is None:  # its last stretch
+                    merged.merge(_settled(whole))
+                    whole = None
+                    if progress:
+                        progress(name)
     for s in sources:
         if pooled and s.name != "-":
             continue

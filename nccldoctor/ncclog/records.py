@@ -75,7 +75,7 @@ class CommRank:
     channels: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     transports: dict[str, int] = field(default_factory=dict)  # label -> connections
-    connections: set[tuple] = field(default_factory=set)
+    connections: dict[tuple, str] = field(default_factory=dict)  # -> its transport label
     connections_dropped: int = 0
     rings: dict[int, list[int]] = field(default_factory=dict)
     ring_neighbours: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -97,7 +97,7 @@ class CommRank:
         if len(self.connections) >= MAX_CONNECTIONS:
             self.connections_dropped += 1
             return
-        self.connections.add(key)
+        self.connections[key] = label
         self.transports[label] = self.transports.get(label, 0) + 1
 
     def add_op(self, op: Op) -> None:
