@@ -265,23 +265,23 @@ def tuned_comm(p: ProcessLog) -> CommRank:
     return best if best is not None else p.comm()
 
 
-def algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+def algo(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) -> None:
     algo = canonical(m["algo"], ALGORITHMS)
     proto = canonical(m["proto"], PROTOCOLS)
     c = tuned_comm(p)
     # 2.20–2.22 print no function name: the collective traced just before is the one tuned
     func = m["func"] or (c.last_op.func if c.last_op else "?")
-    c.add_algo(func, algo, proto, int(m["bytes"]))
+    c.add_algo(func, algo, proto, int(m["bytes"]), times)
 
 
-def best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+def best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) -> None:
     c = p.comm()
     pick = f"{canonical(m['algo'], ALGORITHMS)}/{canonical(m['proto'], PROTOCOLS)}"
-    c.tuned[pick] = c.tuned.get(pick, 0) + 1
+    c.tuned[pick] = c.tuned.get(pick, 0) + times
 
 
-def special_algo(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
-    tuned_comm(p).add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]))
+def special_algo(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) -> None:
+    tuned_comm(p).add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]), times)
 
 
 def coll(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:

@@ -35,7 +35,9 @@ class LineKind(NamedTuple):
     fold: Fold
     versions: str  # the NCCL releases whose format the pattern was checked against
     source: str  # where the format string is, in NVIDIA/nccl (paths under src/, tag:file:line)
-    repeats: bool = False  # identical lines recur (one per call): the parser memoises them
+    # identical lines recur (one per call): the parser memoises them and folds each run of a
+    # line once, its fold told how many lines it stands for (``times``)
+    repeats: bool = False
     counted: bool = False  # one line per call per rank: counted, the latest per comm parsed
 
 

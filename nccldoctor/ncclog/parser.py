@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import filterfalse, pairwise
@@ -286,16 +287,15 @@ class SourceParser:
         """Parse the lines ``raws`` at ``spans``. The application lines around them are not
         read, so a terminal's wrap across one of them is joined here (the line before, after)."""
         memo, result = self._memo, self.result
-        folded = 0
+        repeated: Counter[bytes] = Counter()  # lines seen before, since the last one parsed
+        last: dict[str, str] = {}  # ... and of each process the last of them
         for (first, stop), raw in zip(spans, raws, strict=True):
             hit = memo.get(raw)
             if hit is not None:  # most of them: a line seen before (the algorithm of each call)
-                key, kind, match, env, text = hit
-                proc = result.processes[key]
-                kind.fold(proc, match, env)
-                proc.last_line = text
-                folded += 1
+                repeated[raw] += 1
+                last[hit[0]] = hit[4]
                 continue
+            self._fold_repeated(repeated, last)
             if self._identify and first > start:
                 before = data[max(start, data.rfind(b"\n", start, first - 1) + 1) : first - 1]
                 if HAS_NCCL(before) is None:
@@ -310,7 +310,20 @@ class SourceParser:
                     joined = self._wrapped + _text(after)
                     record(result.signatures, self._identify, joined, None)  # type: ignore[arg-type]
                     self._wrapped = None
-        result.nccl_lines += folded
+        self._fold_repeated(repeated, last)
+
+    def _fold_repeated(self, repeated: Counter[bytes], last: dict[str, str]) -> None:
+        """Fold each line seen before once for all its repeats (a repeating kind's fold counts
+        them), and set each process's last line; empty both."""
+        processes = self.result.processes
+        for raw, times in repeated.items():
+            key, kind, match, env, _ = self._memo[raw]
+            kind.fold(processes[key], match, env, times)
+        for key, text in last.items():
+            processes[key].last_line = text
+        self.result.nccl_lines += sum(repeated.values())
+        repeated.clear()
+        last.clear()
 
     def _parse(self, raw: bytes) -> None:
         """One line that is not a counted one (a line seen before is folded from the memo)."""

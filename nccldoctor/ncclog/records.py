@@ -108,14 +108,14 @@ class CommRank:
         while len(self.ops) > MAX_OPS:
             self.ops.popitem(last=False)
 
-    def add_algo(self, func: str, algo: str, proto: str, nbytes: int) -> None:
+    def add_algo(self, func: str, algo: str, proto: str, nbytes: int, calls: int = 1) -> None:
         seen = self.algo_log.get((func, algo, proto))
         if seen is None:
-            self.algo_log[(func, algo, proto)] = [nbytes, nbytes, 1]
+            self.algo_log[(func, algo, proto)] = [nbytes, nbytes, calls]
         else:
             seen[0] = min(seen[0], nbytes)
             seen[1] = max(seen[1], nbytes)
-            seen[2] += 1
+            seen[2] += calls
 
 
 @dataclass
