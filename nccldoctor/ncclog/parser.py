@@ -68,6 +68,7 @@ GROUP = 64  # application lines tested together when a block may hold something
 REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 EXACT_COMMS = 4  # up to this many communicators, a block's collectives are counted per comm
+DENSE = 256  # more candidate lines than this in a block: found by splitting it into lines
 MEMO_LIMIT = 4096
 WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
 POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
@@ -153,6 +154,14 @@ def _claim_version(proc: ProcessLog, text: str) -> None:
         kind.fold(proc, m, None)  # type: ignore[arg-type]
 
 
+def _locate(data: bytes, raw: bytes, pos: int, end: int) -> int:
+    """Where the whole line ``raw`` is in ``data``, at or after ``pos`` (before ``end``)."""
+    at = data.find(raw, pos, end)
+    while at >= 0 and ((at > 0 and data[at - 1] != 10) or data[at + len(raw)] != 10):
+        at = data.find(raw, at + 1, end)  # inside a longer line: the next one
+    return at
+
+
 class SourceParser:
     """Parses one source; feed it blocks of whole lines, call ``finish``, read ``result``."""
 
@@ -208,9 +217,9 @@ class SourceParser:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
         if self._app:  # a launcher's stdout: its lines are split anyway and give the counts
-            spans, raws, found = self._find(data, start, end, end - start)
+            raws, found = self._find(data, start, end, None)
             n_call -= found.count(CALL_NEEDLE)
-            n_coll, n_lines = self._application(data, start, end, spans, raws, n_call)
+            n_coll, n_lines = self._application(data, start, end, raws, n_call)
             self.result.lines += n_lines
             self._count(n_coll, n_call)
             needles = self._comm_needles()
@@ -227,32 +236,35 @@ class SourceParser:
                 self._count(n_known, n_call)
                 return n_known, False
             if needles:  # and a few other NCCL lines (rank 0's tuning of each call)?
-                spans, raws, found = self._find(data, start, end, n_lines - n_known - n_call)
+                raws, found = self._find(data, start, end, n_lines - n_known - n_call)
                 n_coll = n_known - sum(found.count(needle) for needle in needles.values())
                 calls = n_call - found.count(CALL_NEEDLE)
-                if len(spans) + n_coll + calls == n_lines:
-                    self._parse_spans(data, start, end, spans, raws)
+                if len(raws) + n_coll + calls == n_lines:
+                    self._parse_found(data, start, end, raws)
                     self._count(n_coll, calls)
                     return n_coll, False
         n_coll = data.count(COLL_NEEDLE, start, end)
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
-            spans, raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
+            raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
             n_coll -= found.count(COLL_NEEDLE)  # needles inside them are not counted lines
             n_call -= found.count(CALL_NEEDLE)
-            if len(spans) + n_coll + n_call == n_lines:
-                self._parse_spans(data, start, end, spans, raws)
+            if len(raws) + n_coll + n_call == n_lines:
+                self._parse_found(data, start, end, raws)
             else:  # lines without NCCL: the application's
-                n_coll, _ = self._application(data, start, end, spans, raws, n_call)
+                n_coll, _ = self._application(data, start, end, raws, n_call)
         self._count(n_coll, n_call)
         return n_coll, None if n_known is None else n_coll > n_known
 
     def _find(
-        self, data: bytes, start: int, end: int, want: int
-    ) -> tuple[list[tuple[int, int]], list[bytes], bytes]:
-        """The candidate lines (see ``_spans``), their text and the text joined."""
-        spans = self._spans(data, start, end, want)
-        raws = [data[first:stop] for first, stop in spans]
-        return spans, raws, b"\n".join(raws)
+        self, data: bytes, start: int, end: int, want: int | None
+    ) -> tuple[list[bytes], bytes]:
+        """The candidate lines of ``data[start:end]`` and their text joined: ``want`` of them
+        make the block add up (None: all there are, searched for through the whole block)."""
+        if want is not None and want > DENSE:  # most lines (rank 0's tuning of every call):
+            raws = list(filter(CANDIDATE.search, data[start:end].split(b"\n")))  # all in C
+        else:
+            raws = [data[first:stop] for first, stop in self._spans(data, start, end, want)]
+        return raws, b"\n".join(raws)
 
     def _count(self, n_coll: int, n_call: int) -> None:
         result = self.result
@@ -260,12 +272,15 @@ class SourceParser:
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
 
-    def _spans(self, data: bytes, start: int, end: int, want: int) -> list[tuple[int, int]]:
+    def _spans(
+        self, data: bytes, start: int, end: int, want: int | None
+    ) -> list[tuple[int, int]]:
         """Where the lines CANDIDATE finds are: (first byte, newline), in order. ``want`` of
         them make the block add up (more when some hold a counted needle): the search stops
         there, so a rank file's init lines at the top of a block cost no pass over the rest."""
         spans: list[tuple[int, int]] = []
         stop, pos = -1, start
+        want = end - start if want is None else want
         while len(spans) < want and pos < end:
             for m in CANDIDATE.finditer(data, pos, end):
                 at = m.start()
@@ -281,21 +296,23 @@ class SourceParser:
             want = len(spans) + found.count(COLL_NEEDLE) + found.count(CALL_NEEDLE)
         return spans
 
-    def _parse_spans(
-        self, data: bytes, start: int, end: int, spans: list[tuple[int, int]], raws: list[bytes]
-    ) -> None:
-        """Parse the lines ``raws`` at ``spans``. The application lines around them are not
-        read, so a terminal's wrap across one of them is joined here (the line before, after)."""
+    def _parse_found(self, data: bytes, start: int, end: int, raws: list[bytes]) -> None:
+        """Parse the candidate lines ``raws`` of ``data[start:end]``. The application lines
+        around them are not read, so a terminal's wrap across one of them is joined here (the
+        line before, after): a line seen before is only counted and folded."""
         memo, result = self._memo, self.result
         repeated: Counter[bytes] = Counter()  # lines seen before, since the last one parsed
         last: dict[str, str] = {}  # ... and of each process the last of them
-        for (first, stop), raw in zip(spans, raws, strict=True):
+        pos = start  # where the next line not seen before is looked for
+        for raw in raws:
             hit = memo.get(raw)
             if hit is not None:  # most of them: a line seen before (the algorithm of each call)
                 repeated[raw] += 1
                 last[hit[0]] = hit[4]
                 continue
             self._fold_repeated(repeated, last)
+            first = _locate(data, raw, pos, end)
+            stop = pos = first + len(raw)
             if self._identify and first > start:
                 before = data[max(start, data.rfind(b"\n", start, first - 1) + 1) : first - 1]
                 if HAS_NCCL(before) is None:
@@ -339,13 +356,7 @@ class SourceParser:
         self.result.nccl_lines += 1
 
     def _application(
-        self,
-        data: bytes,
-        start: int,
-        end: int,
-        spans: list[tuple[int, int]],
-        raws: list[bytes],
-        n_call: int,
+        self, data: bytes, start: int, end: int, raws: list[bytes], n_call: int
     ) -> tuple[int, int]:
         """Account for the lines without NCCL too; when their shapes say something may be in
         them, read the region line by line in order. Return the counted collective lines
@@ -355,11 +366,11 @@ class SourceParser:
         app = list(filterfalse(HAS_NCCL, lines))
         self._app = self._app or bool(app)
         if self._quiet(app):
-            self._parse_spans(data, start, end, spans, raws)
+            self._parse_found(data, start, end, raws)
             self.result.other_lines += len(app) - app.count(b"")
         else:
             self._in_order(lines, self._loud_groups(app))
-        return len(lines) - len(app) - len(spans) - n_call, len(lines)
+        return len(lines) - len(app) - len(raws) - n_call, len(lines)
 
     def _loud_groups(self, app: list[bytes]) -> set[int]:
         """The groups of GROUP application lines (by the index of their first) that may hold
