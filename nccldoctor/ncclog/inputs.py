@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import glob
 import gzip
+import io
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -163,6 +165,7 @@ class BlockReader:
         if self.first:  # the line cut at ``first`` is the stretch's before: skip to its end
             stream.seek(self.first - 1)
             at, skipping = self.first - 1, True
+        rewind = isinstance(stream, io.FileIO) and stream.seekable()  # a plain file's
         try:
             while True:
                 try:
@@ -196,6 +199,10 @@ class BlockReader:
                 end = data.rfind(b"\n", start) + 1
                 if end > start:
                     yield self._capped(data, start, end)
+                if rewind and start < end < len(data):  # the next read starts at the cut line:
+                    stream.seek(end - len(data), os.SEEK_CUR)  # it is read whole, not copied
+                    at -= len(data) - end
+                    continue
                 carry = data[max(start, end) :]
                 if len(carry) > self.max_line:
                     self.truncated += 1
