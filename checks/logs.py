@@ -374,17 +374,24 @@ def rank_stopped_early(group: CommGroup) -> Problem | None:
 
 @check("logs.rank-behind", area="logs", category="collective_timeout_hang", scope="logs")
 def rank_behind(reading: LogReading) -> Problem | None:
-    """Across ranks, the one whose last completed collective (PyTorch's SeqNum) is lowest."""
-    seqs = reading.logs.completed_seq
-    if len(seqs) < 2 or len(set(seqs.values())) < 2:
+    """Across the ranks of a process group, the one whose last completed collective (PyTorch's
+    SeqNum, counted per group) is lowest."""
+    groups: dict[str | None, dict[int, int]] = {}
+    for (pg, rank), seq in reading.logs.completed_seq.items():
+        groups.setdefault(pg, {})[rank] = seq
+    apart = {pg: seqs for pg, seqs in groups.items() if len(set(seqs.values())) > 1}
+    if not apart:
         return None
+    # the group whose ranks are furthest apart: the others wait on it
+    pg, seqs = max(apart.items(), key=lambda item: max(item[1].values()) - min(item[1].values()))
     low = min(seqs.values())
     behind = sorted(r for r, s in seqs.items() if s == low)
     ahead = max(seqs.values())
+    where = f" in process group {pg}" if pg is not None else ""
     return Problem(
         Severity.FAIL,
         f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} "
-        f"{'are' if len(behind) > 1 else 'is'} behind: last completed collective {low}, "
+        f"{'are' if len(behind) > 1 else 'is'} behind{where}: last completed collective {low}, "
         f"others reached {ahead}",
         [f"rank {r}: last completed SeqNum {s}" for r, s in sorted(seqs.items())][:MAX_EVIDENCE],
         "The others wait in a collective these ranks never issued or never finished: read their\n"

@@ -321,6 +321,9 @@ def hint(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 # ProcessGroupNCCL.cpp's watchdog: it waited on SeqNum=12, so 11 completed; or it says so
 _SEQ_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+)")
 _SEQ_COMPLETED = re.compile(r"last completed (?:NCCL )?work: (-?\d+)")
+# ProcessGroupNCCL::createLogPrefix (2.3+): "[PG ID 1 PG GUID 5(dp) Rank 0] ": SeqNums count
+# per process group, so a rank is behind only against the others of its group
+_PG = re.compile(r"\[PG ID \S+ PG GUID (\S+?) Rank \d+\]")
 MAX_RANKS_SEEN = 4096
 
 
@@ -330,17 +333,19 @@ def world_size(logs: LogSet, m: re.Match[str], text: str) -> None:
 
 
 def completed_seq(logs: LogSet, m: re.Match[str], text: str) -> None:
-    """Remember the last collective PyTorch's watchdog says this rank (``m``) completed."""
+    """Remember the last collective PyTorch's watchdog says this rank (``m``: torchrun's
+    ``[rankN]:`` first, else c10d's own) completed in its process group (None: not named)."""
     done = _SEQ_COMPLETED.search(text)
     seq = int(done[1]) if done else None
     if seq is None and (timeout := _SEQ_TIMEOUT.search(text)):
         seq = int(timeout[1]) - 1
     if seq is None:
         return
-    rank = int(m[1] or m[2])
+    pg = _PG.search(text)
+    key = (pg[1] if pg else None, int(m[1] or m[2]))
     seqs = logs.completed_seq
-    if rank in seqs or len(seqs) < MAX_RANKS_SEEN:
-        seqs[rank] = max(seq, seqs.get(rank, seq))
+    if key in seqs or len(seqs) < MAX_RANKS_SEEN:
+        seqs[key] = max(seq, seqs.get(key, seq))
 
 
 def init_failed(logs: LogSet, m: re.Match[str], text: str) -> None:

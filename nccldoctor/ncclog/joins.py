@@ -44,8 +44,6 @@ def merge_into(mine: object, other: object) -> None:
             setattr(mine, f.name, a + b)
         elif isinstance(a, list):
             a.extend(x for x in b[: max(0, 64 - len(a))] if x not in a)
-        elif isinstance(a, set):
-            a.update(b)
         elif isinstance(a, dict):
             for k, v in b.items():
                 if k not in a:

@@ -94,7 +94,8 @@ class LogSet:
     bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
     world_sizes: dict[int, int] = field(default_factory=dict)  # PyTorch's world size -> lines
     init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
-    completed_seq: dict[int, int] = field(default_factory=dict)  # rank -> last completed SeqNum
+    # (process group, rank) -> the last SeqNum it completed; the group None: not named
+    completed_seq: dict[tuple[str | None, int], int] = field(default_factory=dict)
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
     last_key: str | None = None  # the process of the last NCCL line
     unclaimed_version: str | None = None  # a bare "NCCL version" line before any process's line
@@ -126,8 +127,8 @@ class LogSet:
         for size, n in other.world_sizes.items():
             self.world_sizes[size] = self.world_sizes.get(size, 0) + n
         self.init_failures += other.init_failures
-        for rank, seq in other.completed_seq.items():
-            self.completed_seq[rank] = max(seq, self.completed_seq.get(rank, seq))
+        for key, seq in other.completed_seq.items():
+            self.completed_seq[key] = max(seq, self.completed_seq.get(key, seq))
         merge_hits(self.signatures, other.signatures)
 
     def continue_with(self, later: LogSet) -> None:
