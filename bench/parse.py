@@ -8,7 +8,7 @@ The second corpus is what most tickets carry instead: one node's captured stdout
 same lines of 16 ranks, interleaved), a third of it the application's own lines (training steps,
 warnings), every line behind torchrun's ``[rankN]:`` prefix. On each corpus it times
 ``nccldoctor explain --json`` and ``grep -c NCCL`` over the files, and samples the parser's peak
-memory (resident set of the whole process tree). Wall and CPU time
+memory (resident set of the whole process tree) in a run of its own. Wall and CPU time
 are both printed: on a shared machine the CPU-time ratio is the one that does not depend on the
 other tenants.
 
