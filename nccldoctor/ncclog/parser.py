@@ -231,35 +231,50 @@ class SourceParser:
     def _region(self, data: bytes, start: int, end: int) -> tuple[int, bool | None]:
         """Account for every line of ``data[start:end]``, parse those worth it; return how many
         collective lines were only counted, and whether some are of communicators not met yet
-        (None: not counted, there are too many communicators to count each)."""
+        (None: not counted, there are too many communicators to count each). One of three
+        ways, cheapest first: a launcher's stdout (``_app_region``), a rank's own file counted
+        per communicator (``_own_region``), any other NCCL output (``_nccl_region``)."""
         if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
-        if self._app:  # a launcher's stdout: split into lines, in stretches the cache holds
-            n_coll = sum(
-                self._app_region(data, first, stop) for first, stop in _regions(data, start, end)
-            )
-            needles = self._comm_needles()
+        needles = self._comm_needles()
+        if self._app:  # split into lines, in runs the cache holds
+            n_coll = sum(self._app_region(data, a, b) for a, b in _regions(data, start, end))
             if len(needles) > EXACT_COMMS:
                 return n_coll, None
             return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
         n_lines = data.count(b"\n", start, end)
         self.result.lines += n_lines
-        needles = self._comm_needles()
-        n_known = None
-        if len(needles) <= EXACT_COMMS:  # a rank's own file: counted per communicator
-            n_known = sum(data.count(needle, start, end) for needle in needles.values())
-            if n_known + n_call == n_lines:  # only their collectives and CALLs
-                self._count(n_known, n_call)
-                return n_known, False
-            if needles:  # and a few other NCCL lines (rank 0's tuning of each call)?
-                raws, found = self._find(data, start, end, n_lines - n_known - n_call)
-                n_coll = n_known - sum(found.count(needle) for needle in needles.values())
-                calls = n_call - found.count(CALL_NEEDLE)
-                if len(raws) + n_coll + calls == n_lines:
-                    self._parse_found(data, start, end, raws)
-                    self._count(n_coll, calls)
-                    return n_coll, False
+        if len(needles) > EXACT_COMMS:
+            return self._nccl_region(data, start, end, n_lines, n_call), None
+        n_known = sum(data.count(needle, start, end) for needle in needles.values())
+        if needles and self._own_region(data, start, end, n_lines, n_call, n_known):
+            return n_known, False
+        n_coll = self._nccl_region(data, start, end, n_lines, n_call)
+        return n_coll, n_coll > n_known
+
+    def _own_region(
+        self, data: bytes, start: int, end: int, n_lines: int, n_call: int, n_known: int
+    ) -> bool:
+        """A rank's own file: ``n_known`` lines are collectives of the communicators met, the
+        rest CALLs and a few other NCCL lines (rank 0's tuning of each call). True when that
+        accounts for every line, which are then counted and parsed."""
+        if n_known + n_call == n_lines:  # only their collectives and CALLs
+            self._count(n_known, n_call)
+            return True
+        raws, found = self._find(data, start, end, n_lines - n_known - n_call)
+        n_coll = n_known - sum(found.count(needle) for needle in self._needles.values())
+        calls = n_call - found.count(CALL_NEEDLE)
+        if len(raws) + n_coll + calls != n_lines:
+            return False
+        self._parse_found(data, start, end, raws)
+        self._count(n_coll, calls)
+        return True
+
+    def _nccl_region(self, data: bytes, start: int, end: int, n_lines: int, n_call: int) -> int:
+        """Any NCCL output: collective lines of any communicator counted, the other lines that
+        say NCCL found and parsed; lines without NCCL make the source an application's from
+        here on. Return the collective lines."""
         n_coll = data.count(COLL_NEEDLE, start, end)
         if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
             raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
@@ -275,7 +290,7 @@ class SourceParser:
                 self._read_application(lines, app, raws, data, start, end)
                 n_coll = len(lines) - len(app) - len(raws) - n_call
         self._count(n_coll, n_call)
-        return n_coll, None if n_known is None else n_coll > n_known
+        return n_coll
 
     def _app_region(self, data: bytes, start: int, end: int) -> int:
         """Account for the lines of ``data[start:end]`` in a source with application lines,
