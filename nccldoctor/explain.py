@@ -19,8 +19,6 @@ from typing import Any
 
 from checks import run_checks
 from checks.signatures import identify
-from nccldoctor import ncctests, ras
-from nccldoctor.forensics import flightrec
 from nccldoctor.model import Finding
 from nccldoctor.ncclog import LogSet, Source, explain_logs, parse_sources
 from nccldoctor.ncclog.summary import read_logs
@@ -48,6 +46,8 @@ def explain_dumps(
     where each global rank's NCCL log stops, for the rank the dumps name as missing."""
     if not dumps:
         return None, []
+    from nccldoctor.forensics import flightrec  # on demand: see the note on ANALYSES
+
     analysis = flightrec.Analysis()
     for path, rank in dumps:
         analysis.add_file(path, rank)
@@ -72,6 +72,8 @@ def _text(attachment: Attachment) -> tuple[str, bool]:
 
 
 def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
+    from nccldoctor import ncctests  # on demand: see the note on ANALYSES
+
     runs: list[ncctests.PerfRun] = []
     for f in files:
         text, cut = _text(f)
@@ -88,6 +90,8 @@ def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, An
 
 
 def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
+    from nccldoctor import ras  # on demand: see the note on ANALYSES
+
     reports = []
     for f in files:
         text, cut = _text(f)
@@ -110,7 +114,10 @@ def _flight_recorder(
     return section or {}, found
 
 
-# The kinds beside the logs, in the order they are read, and what reads each.
+# The kinds beside the logs, in the order they are read, and what reads each. Each kind's reader
+# is imported by its analysis, only when the ticket holds that kind: the RAS reader alone compiles
+# some 80 regexes at import, which every run over logs alone, most tickets, would pay
+# (docs/design.md#explain-start).
 ANALYSES: dict[str, Analysis] = {
     "nccl_tests": _nccl_tests,
     "ras": _ras,
@@ -121,6 +128,10 @@ ANALYSES: dict[str, Analysis] = {
 def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
     """Each node's NIC capacity (GB/s) from the node reports in the ticket, and the reports that
     could not be read."""
+    if not files:
+        return {}, []
+    from nccldoctor import ncctests  # on demand: see the note on ANALYSES
+
     links: dict[str, float] = {}
     unread: list[str] = []
     for f in files:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from nccldoctor.forensics.flightrec import looks_like_dump
+from nccldoctor.forensics.dumphead import looks_like_dump
 from nccldoctor.ncclog.inputs import STDIN, InputError, expand_inputs
 
 HEAD_BYTES = 64 * 1024
@@ -69,7 +69,7 @@ class Kind:
 # In order: the first row that recognises a file decides, except that nccl-tests and RAS text
 # (a job's stdout with its diagnostics report) are also a log when NCCL's own lines run
 # through it. Flight Recorder dumps, pickle or JSON, as their reader recognises them
-# (forensics/flightrec.py).
+# (forensics/dumphead.py).
 KINDS: tuple[Kind, ...] = (
     Kind("flight_recorder", "Flight Recorder dumps", looks_like_dump),
     Kind("reports", "nccldoctor reports", _json_with("schema_version", "findings", "tool_version")),

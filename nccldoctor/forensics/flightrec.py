@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the ticket's sniff, re-exported: the reader and the ticket recognise a dump by one test
+from nccldoctor.forensics.dumphead import looks_like_dump as looks_like_dump
 from nccldoctor.forensics.stacks import Frame, user_frame
 
 # torchfrtrace's file name rule (loader.py): the rank is the number the name ends with.
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
-_PICKLE_MAGIC = tuple(bytes([0x80, proto]) for proto in range(2, 6))
 # Ops whose input or output sizes legitimately differ across ranks (types.py Op.match).
 _INPUT_SIZES_VARY = ("all_to_all", "scatter")
 _OUTPUT_SIZES_VARY = ("all_to_all", "gather")
@@ -62,20 +63,6 @@ class Loaded:
     document: dict[str, Any] | None
     error: str | None = None
     refused: bool = False
-
-
-def looks_like_dump(head: bytes) -> bool:
-    """Whether the first bytes of a file are a Flight Recorder dump. The pickle (protocol 2-5)
-    is a dict whose first keys are "version", "pg_config", "pg_status", then "entries"; the
-    JSON form is written by nlohmann::json, whose keys come sorted, so "entries" precedes
-    "pg_config" and a long dump's head holds only entries (profiling_name is an entry's key).
-    torch/csrc/distributed/c10d/FlightRecorder.cpp (dump, dump_json)."""
-    if head.startswith(_PICKLE_MAGIC):
-        return b"pg_config" in head or b"entries" in head
-    text = head.lstrip()
-    return text.startswith(b"{") and (
-        b'"pg_config"' in text or (b'"entries"' in text and b'"profiling_name"' in text)
-    )
 
 
 def load_dump(data: bytes) -> Loaded:
