@@ -6,7 +6,7 @@ the source/issue references. This module loads and validates them once and match
 
 - Load-time validation rejects an unknown key, category, severity or source, a regex that does not
   compile, a title placeholder that is not a named group, and a prefilter that a match of the
-  pattern would not necessarily contain (checked on the parsed regex, see ``_implies``).
+  pattern would not necessarily contain (checked on the parsed regex, see ``_implied``).
 - ``match_line`` first runs ONE combined regex (a trie of each prefilter's rarest tail, so any line
   containing a prefilter passes); a line that passes none (nearly every line of a healthy log)
   costs that single search. Only when it hits are the individual prefilters and regexes tried.
@@ -118,23 +118,27 @@ class SignatureMatcher:
         # sorted() is stable: ties keep file order
         self.signatures: tuple[Signature, ...] = tuple(sorted(signatures, key=lambda s: -s.weight))
         self._gate = re.compile(_trie_regex({_gate_literal(sig.prefilter) for sig in signatures}))
+        self._compiled: dict[str, re.Pattern[str]] = {}
 
     def gate(self, text: str) -> bool:
         """Whether some signature's prefilter may occur in ``text``: a cheap test of many lines."""
         return self._gate.search(text) is not None
 
-    @functools.cached_property
-    def _entries(self) -> tuple[tuple[Signature, re.Pattern[str]], ...]:
-        # compiled when a line first passes the gate: most runs never need a pattern
-        return tuple((sig, re.compile(sig.pattern)) for sig in self.signatures)
+    def _regex(self, sig: Signature) -> re.Pattern[str]:
+        # compiled when a line first holds its prefilter: most runs never need a pattern, and a
+        # log with a few WARNs needs a few (all of them cost ~9 ms, a third of loading the catalogue)
+        rx = self._compiled.get(sig.id)
+        if rx is None:
+            rx = self._compiled[sig.id] = re.compile(sig.pattern)
+        return rx
 
     def match(self, text: str) -> list[SignatureMatch]:
         """All signatures matching ``text``, most specific first; ``[]`` for most lines."""
         if self._gate.search(text) is None:
             return []
         found = []
-        for sig, rx in self._entries:
-            if sig.prefilter in text and (m := rx.search(text)):
+        for sig in self.signatures:
+            if sig.prefilter in text and (m := self._regex(sig).search(text)):
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 found.append(SignatureMatch(sig, groups))
         return found
@@ -242,7 +246,8 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         raise SignatureError(f"{where}: pattern does not compile: {exc}") from exc
     if tree.state.flags & (re.IGNORECASE | re.VERBOSE):
         raise SignatureError(f"{where}: inline flags (?i)/(?x) are not allowed")
-    if not _implies(tree, entry["prefilter"]):
+    runs, branches = _runs(tree)  # walked once for the prefilter test and the weight
+    if not _implied(runs, branches, entry["prefilter"]):
         raise SignatureError(
             f"{where}: prefilter {entry['prefilter']!r} is not literal text that every match "
             "of the pattern contains"
@@ -266,7 +271,7 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         source=entry["source"],
         versions=entry["versions"],
         not_from=tuple(not_from),
-        weight=_literal_weight(tree),
+        weight=sum(map(len, runs)),  # the fixed text every match spells out: its specificity
     )
 
 
@@ -323,18 +328,13 @@ def _runs(items: Any) -> tuple[list[str], list[Any]]:
     return runs, branches
 
 
-def _implies(items: Any, literal: str) -> bool:
-    runs, branches = _runs(items)
+def _implied(runs: list[str], branches: list[Any], literal: str) -> bool:
+    """Whether ``literal`` is in every match of a sequence whose mandatory runs and branches
+    (``_runs``) these are."""
     return any(literal in run for run in runs) or any(
-        all(_implies(alternative, literal) for alternative in alternatives)
+        all(_implied(*_runs(alternative), literal) for alternative in alternatives)
         for alternatives in branches
     )
-
-
-def _literal_weight(tree: Any) -> int:
-    """How much fixed text a parsed pattern spells out (top-level runs): its specificity."""
-    runs, _ = _runs(tree)
-    return sum(map(len, runs))
 
 
 @functools.cache
