@@ -8,15 +8,17 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nccldoctor import __version__
-from nccldoctor.facts import NodeFacts, from_dict, to_dict
 from nccldoctor.model import Finding, Severity, worst
 from nccldoctor.redact import redact_document
 from nccldoctor.report.answer import headline, nccl_summary
 from nccldoctor.report.consistency import consistency_table
 from nccldoctor.report.links import links_section
+
+if TYPE_CHECKING:  # the facts' modules load only for a report that has nodes: see _node_dicts
+    from nccldoctor.facts import NodeFacts
 
 # 2: the document carries its headline and consistency table; 3: every rate names its unit
 SCHEMA_VERSION = 3  # (load.upgrade converts older documents)
@@ -74,7 +76,7 @@ class Report:
             "completed": self.completed,
             "area_status": self.area_status,
             "findings": [f.to_dict() for f in self.findings],
-            "nodes": [to_dict(n) for n in self.nodes],
+            "nodes": _node_dicts(self.nodes),
             **self.extra,
         }
         return with_summaries(redact_document(document), facts=self.nodes)
@@ -96,6 +98,8 @@ class Report:
             "findings",
             "nodes",
         }
+        from nccldoctor.facts import NodeFacts, from_dict
+
         # explain's top-level ``nodes`` is a count of hosts, not node facts: it stays in extra.
         nodes = data.get("nodes", [])
         facts_listed = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
@@ -113,6 +117,17 @@ class Report:
             area_status=dict(data.get("area_status", {})),
             extra={k: v for k, v in data.items() if k not in core},
         )
+
+
+def _node_dicts(nodes: list[NodeFacts]) -> list[dict[str, Any]]:
+    """The nodes' facts as JSON. The facts' modules are imported only when there are some: an
+    `explain` report has none, and importing them is ~15 ms of its start
+    (docs/design.md#explain-start)."""
+    if not nodes:
+        return []
+    from nccldoctor.facts import to_dict
+
+    return [to_dict(n) for n in nodes]
 
 
 def document_exit_code(document: dict[str, Any]) -> int:

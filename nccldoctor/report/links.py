@@ -8,12 +8,14 @@ is the rule's call (``run.busbw-below-link``), not this one's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from checks.linkrates import EXPECTED, link_budget, of_what, percent
-from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.report.shape import items, section
 from nccldoctor.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
+
+if TYPE_CHECKING:
+    from checks.linkrates import LinkBudget
+    from nccldoctor.facts import NodeFacts
 
 
 def links_section(
@@ -25,6 +27,10 @@ def links_section(
     bandwidth = section(document, "bandwidth")
     if not bandwidth:
         return None
+    # only a document with a sweep needs the budget and the facts' modules: every report is
+    # summarised, and an `explain` one has neither (docs/design.md#explain-start)
+    from checks.linkrates import EXPECTED, link_budget
+
     if facts is None:
         facts = _facts(document)
     budget = link_budget(facts, bandwidth, network)
@@ -54,6 +60,8 @@ def links_section(
 
 
 def _facts(document: dict[str, Any]) -> list[NodeFacts]:
+    from nccldoctor.facts import NodeFacts, from_dict
+
     facts = []
     for entry in items(document.get("nodes")):
         try:
@@ -63,8 +71,10 @@ def _facts(document: dict[str, Any]) -> list[NodeFacts]:
     return facts
 
 
-def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: Any) -> str:
+def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: LinkBudget) -> str:
     """ "allreduce busbw 1.40 GB/s at 64 MiB = 9% of what eth0's 100 Gbit/s carries (node-b)"."""
+    from checks.linkrates import of_what, percent
+
     if busbw is None:
         return ""
     head = f"allreduce busbw {format_GBps(busbw)} at {format_bytes(size)}"
