@@ -17,11 +17,10 @@ from __future__ import annotations
 import functools
 import operator
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import filterfalse, pairwise
+from itertools import pairwise
 
 from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import (
@@ -34,7 +33,15 @@ from nccldoctor.ncclog.inputs import (
     stretches,
 )
 from nccldoctor.ncclog.joins import continue_into, merge_into
-from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, match_kind
+from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind
+from nccldoctor.ncclog.lines import (
+    CALL_NEEDLE,
+    CANDIDATE,
+    COLL_NEEDLE,
+    HAS_NCCL,
+    NATIVE,
+    classify,
+)
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
 
@@ -48,20 +55,6 @@ def _line_at(data: bytes, start: int, end: int, at: int) -> bytes:
     return data[max(start, data.rfind(b"\n", start, at) + 1) : data.find(b"\n", at, end)]
 
 
-def _counted_head() -> tuple[bytes, bytes]:
-    """The counted kind's needle and its pattern up to the needle, groups unnamed: what a
-    collective line says right after ``NCCL INFO`` (``(?:\\w+): opCount ``)."""
-    (kind,) = (k for k in KINDS if k.counted)
-    text = kind.pattern.pattern
-    head = re.sub(r"\(\?P<\w+>", "(?:", text[: text.index(kind.needle) + len(kind.needle)])
-    return kind.needle.encode(), head.encode()
-
-
-COLL_NEEDLE, _COLL_HEAD = _counted_head()
-CALL_NEEDLE = b"NCCL CALL "  # envelope.py: CALL lines have no device and are only counted
-# a line that says NCCL other than as a counted line's envelope: parsed one by one
-CANDIDATE = re.compile(rb"NCCL(?! INFO " + _COLL_HEAD + rb"| CALL )")
-HAS_NCCL = re.compile(rb"NCCL").search  # a C function: filterfalse() calls it without bytecode
 TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles)
 SHAPE = bytes.maketrans(b"123456789", b"000000000")
 MAX_SHAPES = 1 << 15  # application line pairs remembered per source
@@ -70,9 +63,10 @@ REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on 
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 EXACT_COMMS = 4  # up to this many communicators, a block's collectives are counted per comm
 DENSE = 256  # more candidate lines than this in a block: found by splitting it into lines
-# a launcher's stdout is split into lines in runs this long: the lines' objects and the lists
-# of them stay in the CPU's cache between the passes (1 MiB at a time measured 40% slower)
-APP_REGION = 256 << 10
+# a launcher's stdout is sorted into lines in runs this long. In Python the lines' objects and
+# the lists of them then stay in the CPU's cache between the passes (1 MiB at a time measured
+# 40% slower); the C pass makes only the application's and the candidates', so it takes a block.
+APP_REGION = BLOCK_BYTES if NATIVE else 256 << 10
 MEMO_LIMIT = 4096
 _KEY_AND_TEXT = operator.itemgetter(0, 4)  # of a memo entry: its process, the line as text
 WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
@@ -244,7 +238,6 @@ class SourceParser:
             return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
         n_lines = data.count(b"\n", start, end)
-        self.result.lines += n_lines
         if len(needles) > EXACT_COMMS:
             return self._nccl_region(data, start, end, n_lines, n_call), None
         n_known = sum(data.count(needle, start, end) for needle in needles.values())
@@ -260,6 +253,7 @@ class SourceParser:
         rest CALLs and a few other NCCL lines (rank 0's tuning of each call). True when that
         accounts for every line, which are then counted and parsed."""
         if n_known + n_call == n_lines:  # only their collectives and CALLs
+            self.result.lines += n_lines
             self._count(n_known, n_call)
             return True
         raws, found = self._find(data, start, end, n_lines - n_known - n_call)
@@ -268,6 +262,7 @@ class SourceParser:
         if len(raws) + n_coll + calls != n_lines:
             return False
         self._parse_found(data, start, end, raws)
+        self.result.lines += n_lines
         self._count(n_coll, calls)
         return True
 
@@ -280,37 +275,21 @@ class SourceParser:
             raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
             n_coll -= found.count(COLL_NEEDLE)  # needles inside them are not counted lines
             n_call -= found.count(CALL_NEEDLE)
-            if len(raws) + n_coll + n_call == n_lines:
-                self._parse_found(data, start, end, raws)
-            else:  # lines without NCCL: the application's
-                lines = data[start:end].split(b"\n")
-                lines.pop()
-                app = list(filterfalse(HAS_NCCL, lines))
-                self._app = bool(app)
-                self._read_application(lines, app, raws, data, start, end)
-                n_coll = len(lines) - len(app) - len(raws) - n_call
+            if len(raws) + n_coll + n_call != n_lines:  # lines without NCCL: the application's
+                return self._app_region(data, start, end)
+            self._parse_found(data, start, end, raws)
+        self.result.lines += n_lines
         self._count(n_coll, n_call)
         return n_coll
 
     def _app_region(self, data: bytes, start: int, end: int) -> int:
         """Account for the lines of ``data[start:end]`` in a source with application lines,
-        parse those worth it, return its collective lines. The lines are split anyway to
-        find the application's; the rest are NCCL's, and counting its collective and CALL
-        lines says how many candidates there are: the search for them stops at the last
-        (measured cheaper than a regex per line, even with one candidate in 16 lines)."""
-        lines = data[start:end].split(b"\n")
-        lines.pop()  # regions end with a newline
-        app = list(filterfalse(HAS_NCCL, lines))
-        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
-        n_coll = data.count(COLL_NEEDLE, start, end)
-        want = len(lines) - len(app) - n_coll - n_call
-        raws = [data[a:b] for a, b in self._spans(data, start, end, want)] if want > 0 else []
-        if raws:  # needles inside them are not counted lines
-            found = b"\n".join(raws)
-            n_coll -= found.count(COLL_NEEDLE)
-            n_call -= found.count(CALL_NEEDLE)
-        self._read_application(lines, app, raws, data, start, end)
-        self.result.lines += len(lines)
+        parse those worth it, return its collective lines (``lines.classify`` sorts them)."""
+        n_lines, app, raws, n_call = classify(data, start, end)
+        self._app = self._app or bool(app)  # a launcher's stdout: every region this way now
+        self._read_application(app, raws, data, start, end)
+        self.result.lines += n_lines
+        n_coll = n_lines - len(app) - len(raws) - n_call
         self._count(n_coll, n_call)
         return n_coll
 
@@ -417,21 +396,17 @@ class SourceParser:
         self.result.nccl_lines += 1
 
     def _read_application(
-        self,
-        lines: list[bytes],
-        app: list[bytes],
-        raws: list[bytes],
-        data: bytes,
-        start: int,
-        end: int,
+        self, app: list[bytes], raws: list[bytes], data: bytes, start: int, end: int
     ) -> None:
-        """Parse the candidate ``raws`` of ``lines`` and count the application's lines ``app``;
-        when their shapes say something may be in them, read the region line by line in
-        order instead."""
+        """Parse the candidate lines ``raws`` of ``data[start:end]`` and count the application's
+        lines ``app``; when their shapes say something may be in them, read the region line by
+        line in order instead."""
         if self._quiet(app):
             self._parse_found(data, start, end, raws)
             self.result.other_lines += len(app) - app.count(b"")
         else:
+            lines = data[start:end].split(b"\n")
+            lines.pop()  # regions end with a newline
             self._in_order(lines, self._loud_groups(app))
 
     def _loud_groups(self, app: list[bytes]) -> set[int]:
