@@ -32,6 +32,8 @@ from pathlib import Path
 
 import psutil
 
+from nccldoctor.ncclog.lines import NATIVE
+
 RANKS = 64
 RANKS_PER_NODE = 8
 TARGET_RATIO = 0.30
@@ -280,7 +282,8 @@ def bench(total: int, keep: bool, kind: str) -> bool:
         )
         print(
             f"nccldoctor explain:    {parse_s:7.2f} s wall {parse_cpu:7.2f} s CPU  "
-            f"{mib / parse_s:8.1f} MiB/s  ({os.cpu_count()} CPUs, load {load:.1f})"
+            f"{mib / parse_s:8.1f} MiB/s  ({os.cpu_count()} CPUs, load {load:.1f}, lines sorted "
+            f"in {'C' if NATIVE else 'Python: built without a C compiler'})"
         )
         print(
             f"throughput ratio:      {ratio:.1%} of grep by wall time (target >= {TARGET_RATIO:.0%})"

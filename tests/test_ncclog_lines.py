@@ -103,7 +103,7 @@ def test_a_sort_counts_each_kind_of_line():
     )
     assert classify_python(data, 0, len(data)) == Sorted(
         4,
-        [b"Epoch 1: loss=0.3"],
+        [b"Epoch 0: loss=0.0"],  # its shape
         [b"h:1:1 [0] NCCL INFO AllReduce: 16 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}"],
         1,
     )

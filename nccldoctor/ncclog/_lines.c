@@ -1,10 +1,10 @@
 /* The C speedup of nccldoctor/ncclog/lines.py: one pass over a run of whole lines.
  *
- * classify(data, start, end) -> (lines, application, candidates, calls), exactly as
- * lines.classify_python computes it with Python's own str/bytes/re operations (the tests run
+ * classify(data, start, end) -> (lines, shapes, candidates, calls), exactly as
+ * lines.classify_python computes it with Python's own bytes and re operations (the tests run
  * both on every real log of the corpus and on generated text):
  *   lines        the lines of data[start:end] that a newline ends;
- *   application  those without "NCCL" (bytes objects, in order);
+ *   shapes       those without "NCCL" (the application's), each digit as '0', in order;
  *   candidates   those with an "NCCL" that is not the envelope of a collective-trace line
  *                (" INFO <word>: opCount ") or of a CALL line (" CALL "), in order:
  *                ncclog/parser.py's CANDIDATE regex;
@@ -46,10 +46,15 @@ static const char *find_needle(const char *from, const char *stop) {
     return memmem(from, (size_t)(stop - from), NEEDLE, NEEDLE_LEN);
 }
 
-static int append_bytes(PyObject *list, const char *first, const char *stop) {
-    PyObject *line = PyBytes_FromStringAndSize(first, stop - first);
+static int append_line(PyObject *list, const char *first, const char *stop, int shaped) {
+    PyObject *line = PyBytes_FromStringAndSize(shaped ? NULL : first, stop - first);
     if (line == NULL)
         return -1;
+    if (shaped) {  /* lines.SHAPE: every digit as 0, so a progress bar is one shape */
+        char *out = PyBytes_AS_STRING(line);
+        for (Py_ssize_t i = 0; i < stop - first; i++)
+            out[i] = first[i] >= '1' && first[i] <= '9' ? '0' : first[i];
+    }
     int failed = PyList_Append(list, line);
     Py_DECREF(line);
     return failed;
@@ -64,10 +69,10 @@ static PyObject *classify(PyObject *module, PyObject *args) {
         start = 0;
     if (end > view.len)
         end = view.len;
-    PyObject *application = PyList_New(0);
+    PyObject *shapes = PyList_New(0);
     PyObject *candidates = PyList_New(0);
     Py_ssize_t lines = 0, calls = 0;
-    if (application == NULL || candidates == NULL)
+    if (shapes == NULL || candidates == NULL)
         goto fail;
     const char *base = (const char *)view.buf;
     const char *p = base + start, *last = base + (end > start ? end : start);
@@ -76,7 +81,7 @@ static PyObject *classify(PyObject *module, PyObject *args) {
         lines++;
         const char *at = find_needle(p, nl);
         if (at == NULL) {
-            if (append_bytes(application, p, nl) < 0)
+            if (append_line(shapes, p, nl, 1) < 0)
                 goto fail;
         } else {
             Py_ssize_t line_calls = 0;
@@ -90,7 +95,7 @@ static PyObject *classify(PyObject *module, PyObject *args) {
                 line_calls += kind == 1;
             }
             if (candidate) {
-                if (append_bytes(candidates, p, nl) < 0)
+                if (append_line(candidates, p, nl, 0) < 0)
                     goto fail;
             } else {
                 calls += line_calls;
@@ -99,9 +104,9 @@ static PyObject *classify(PyObject *module, PyObject *args) {
         p = nl + 1;
     }
     PyBuffer_Release(&view);
-    return Py_BuildValue("nNNn", lines, application, candidates, calls);
+    return Py_BuildValue("nNNn", lines, shapes, candidates, calls);
 fail:
-    Py_XDECREF(application);
+    Py_XDECREF(shapes);
     Py_XDECREF(candidates);
     PyBuffer_Release(&view);
     return NULL;
@@ -109,7 +114,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"classify", classify, METH_VARARGS,
-     "classify(data, start, end) -> (lines, application, candidates, calls)"},
+     "classify(data, start, end) -> (lines, shapes, candidates, calls)"},
     {NULL, NULL, 0, NULL},
 };
 

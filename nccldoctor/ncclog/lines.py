@@ -3,7 +3,8 @@
 A line that says ``NCCL`` only as the envelope of a collective-trace line (``NCCL INFO
 AllReduce: opCount …``, the kinds table's ``counted`` kind) or of a ``NCCL CALL`` line is only
 counted; a line with any other ``NCCL`` is a *candidate*, parsed through the kinds table; a line
-without ``NCCL`` is the application's (PyTorch, the launcher, the training script).
+without ``NCCL`` is the application's (PyTorch, the launcher, the training script), and the
+parser looks at its *shape*, every digit as ``0``, so that a progress bar is one shape.
 
 ``classify`` sorts a run of whole lines that way in one pass. It is the C function of
 ``_lines.c`` where the package was built with a C compiler (the wheel's build hook,
@@ -37,13 +38,14 @@ CALL_NEEDLE = b"NCCL CALL "  # envelope.py: CALL lines have no device and are on
 # (_lines.c spells this out by hand: tests/test_ncclog_lines.py fails when the table moves)
 CANDIDATE = re.compile(rb"NCCL(?! INFO " + COLL_HEAD + rb"| CALL )")
 HAS_NCCL = re.compile(rb"NCCL").search  # a C function: filterfalse() calls it without bytecode
+SHAPE = bytes.maketrans(b"123456789", b"000000000")
 
 
 class Sorted(NamedTuple):
     """The lines of a run, sorted: the others are counted (collective-trace and CALL lines)."""
 
     lines: int  # the lines a newline ends
-    application: list[bytes]  # those without NCCL, in order
+    shapes: list[bytes]  # those without NCCL, the application's, in order, each as its shape
     candidates: list[bytes]  # those CANDIDATE finds, in order
     calls: int  # the ``NCCL CALL `` in the counted lines
 
@@ -57,7 +59,9 @@ def classify_python(data: bytes, start: int, end: int) -> Sorted:
     calls = data.count(CALL_NEEDLE, start, stop)
     if calls and candidates:
         calls -= b"\n".join(candidates).count(CALL_NEEDLE)
-    return Sorted(len(lines), list(filterfalse(HAS_NCCL, lines)), candidates, calls)
+    app = list(filterfalse(HAS_NCCL, lines))
+    shapes = b"\n".join(app).translate(SHAPE).split(b"\n") if app else []
+    return Sorted(len(lines), shapes, candidates, calls)
 
 
 try:

@@ -56,7 +56,6 @@ def _line_at(data: bytes, start: int, end: int, at: int) -> bytes:
 
 
 TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles)
-SHAPE = bytes.maketrans(b"123456789", b"000000000")
 MAX_SHAPES = 1 << 15  # application line pairs remembered per source
 GROUP = 64  # application lines tested together when a block may hold something
 REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
@@ -285,11 +284,11 @@ class SourceParser:
     def _app_region(self, data: bytes, start: int, end: int) -> int:
         """Account for the lines of ``data[start:end]`` in a source with application lines,
         parse those worth it, return its collective lines (``lines.classify`` sorts them)."""
-        n_lines, app, raws, n_call = classify(data, start, end)
-        self._app = self._app or bool(app)  # a launcher's stdout: every region this way now
-        self._read_application(app, raws, data, start, end)
+        n_lines, shapes, raws, n_call = classify(data, start, end)
+        self._app = self._app or bool(shapes)  # a launcher's stdout: every region this way now
+        self._read_application(shapes, raws, data, start, end)
         self.result.lines += n_lines
-        n_coll = n_lines - len(app) - len(raws) - n_call
+        n_coll = n_lines - len(shapes) - len(raws) - n_call
         self._count(n_coll, n_call)
         return n_coll
 
@@ -396,26 +395,25 @@ class SourceParser:
         self.result.nccl_lines += 1
 
     def _read_application(
-        self, app: list[bytes], raws: list[bytes], data: bytes, start: int, end: int
+        self, shapes: list[bytes], raws: list[bytes], data: bytes, start: int, end: int
     ) -> None:
         """Parse the candidate lines ``raws`` of ``data[start:end]`` and count the application's
-        lines ``app``; when their shapes say something may be in them, read the region line by
-        line in order instead."""
-        if self._quiet(app):
+        lines (``shapes``); when their shapes say something may be in them, read the region line
+        by line in order instead."""
+        if self._quiet(shapes):
             self._parse_found(data, start, end, raws)
-            self.result.other_lines += len(app) - app.count(b"")
+            self.result.other_lines += len(shapes) - shapes.count(b"")
         else:
             lines = data[start:end].split(b"\n")
             lines.pop()  # regions end with a newline
-            self._in_order(lines, self._loud_groups(app))
+            self._in_order(lines, self._loud_groups(shapes))
 
-    def _loud_groups(self, app: list[bytes]) -> set[int]:
+    def _loud_groups(self, shapes: list[bytes]) -> set[int]:
         """The groups of GROUP application lines (by the index of their first) that may hold
         something, each tested with the first line of the next (a wrap across the two)."""
-        shapes = [line.translate(SHAPE) for line in app]
         return {
             g
-            for g in range(0, len(app), GROUP)
+            for g in range(0, len(shapes), GROUP)
             if self._loud_text(b"".join(shapes[g : g + GROUP + 1]))
         }
 
@@ -436,13 +434,12 @@ class SourceParser:
             elif CANDIDATE.search(raw):
                 self._parse(raw)
 
-    def _quiet(self, app: list[bytes]) -> bool:
+    def _quiet(self, shapes: list[bytes]) -> bool:
         """True when no pair of consecutive application lines may hold a signature (the gate)
         or a TEXT_KINDS needle. Pairs, not lines: a terminal's wrap cuts a line in two. Both
         tests are blind to digits, so they are asked once per pair of shapes."""
-        if not app:
+        if not shapes:
             return True
-        shapes = b"\n".join(app).translate(SHAPE).split(b"\n")
         prev, self._prev_shape = self._prev_shape, shapes[-1]
         if len(set(shapes)) * REPEAT > len(shapes):  # lines that do not repeat: in bulk, as
             return self._loud.isdisjoint(pairwise(shapes)) and not self._loud_text(  # they are
