@@ -73,17 +73,19 @@ static PyObject *classify(PyObject *module, PyObject *args) {
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "y*nn", &view, &start, &end))
         return NULL;
+    if (end > view.len)  /* as Python's slices: bounds past the data are its ends */
+        end = view.len;
     if (start < 0)
         start = 0;
-    if (end > view.len)
-        end = view.len;
+    if (start > end)
+        start = end;
     PyObject *shapes = PyList_New(0);
     PyObject *candidates = PyList_New(0);
     Py_ssize_t lines = 0, calls = 0;
     if (shapes == NULL || candidates == NULL)
         goto fail;
     const char *base = (const char *)view.buf;
-    const char *p = base + start, *last = base + (end > start ? end : start);
+    const char *p = base + start, *last = base + end;
     const char *nl;
     while (p < last && (nl = memchr(p, '\n', (size_t)(last - p))) != NULL) {
         lines++;
