@@ -6,10 +6,11 @@ table's ``counted`` kind; in a rank's own file those of each communicator) and `
 lines; one compiled regex, built from the table, finds the other lines that say ``NCCL``
 (init, transports, the algorithm of each call, WARNs), and stops once the block adds up.
 Only those are decoded and folded through the kinds table, plus the latest collective of each
-communicator. What is left is the application's own output (training steps, warnings): it is
-read line by line only when its *shapes* (the lines with every digit as 0, so a progress bar
-is one shape) hold something new that the signature gate or a ``TEXT_KINDS`` needle may match.
-Memory per source: two blocks plus bounded records and shape sets.
+communicator. A source with the application's own output (a launcher's stdout: training steps,
+warnings) has its lines sorted by ``lines.classify`` instead, one pass in C; the application's
+lines are read line by line only when their *shapes* (the lines with every digit as 0, so a
+progress bar is one shape) hold something new that the signature gate or a ``TEXT_KINDS``
+needle may match. Memory per source: two blocks plus bounded records and shape sets.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class SourceParser:
         if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
             self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         needles = self._comm_needles()
-        if self._app:  # split into lines, in runs the cache holds
+        if self._app:  # sorted into lines (in C: a block at a time; in Python: cache-sized runs)
             n_coll = sum(self._app_region(data, a, b) for a, b in _regions(data, start, end))
             if len(needles) > EXACT_COMMS:
                 return n_coll, None
