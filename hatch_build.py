@@ -35,8 +35,9 @@ class LinesExtensionHook(BuildHookInterface):
             built = compile_extension(Path(self.root))
         except (OSError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", "") or exc
-            self.app.display_warning(f"nccldoctor: {SOURCE} not compiled, the parser runs in "
-                                     f"Python: {detail}")
+            self.app.display_warning(
+                f"nccldoctor: {SOURCE} not compiled, the parser runs in Python: {detail}"
+            )
             return
         if version == "editable":  # the install imports the source tree, where it now is
             return
