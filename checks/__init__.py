@@ -19,7 +19,9 @@ function over one *subject*, named by its scope:
   the network;
 - ``ras``: the NCCL RAS outputs of a ticket;
 - ``bandwidth``: the sweep's largest busbw against what the nodes' links carry
-  (:class:`checks.linkrates.LinkBudget`).
+  (:class:`checks.linkrates.LinkBudget`);
+- ``ticket``: the attachments `explain` was given, and those it could not read
+  (:class:`~nccldoctor.ticket.Ticket`).
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -42,7 +44,7 @@ from typing import Any, Literal, get_args
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
 Scope = Literal["node", "cluster", "run", "ranks", "world", "logs", "job", "flightrec",
-                "nccl_tests", "ras", "bandwidth"]  # fmt: skip
+                "nccl_tests", "ras", "bandwidth", "ticket"]  # fmt: skip
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 

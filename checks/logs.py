@@ -18,6 +18,7 @@ from checks import Check, Problem, check, register
 from checks.signatures import SIGNATURES, Signature, match_line
 from nccldoctor.debugenv import NCCL_DEBUG_SUBSYS
 from nccldoctor.model import Severity
+from nccldoctor.ncclog.inputs import MAX_LINE
 from nccldoctor.ncclog.summary import CommGroup, LogReading, Member
 
 # init.cc ncclGetErrorString
@@ -99,6 +100,23 @@ def unreadable(reading: LogReading) -> Problem | None:
         f"{len(errors)} input(s) could not be read to the end",
         errors[:8],
         "Check the files' permissions and that they are complete.",
+    )
+
+
+@check("logs.lines-cut", area="logs", category="other", scope="logs")
+def lines_cut(reading: LogReading) -> Problem | None:
+    """Lines longer than any NCCL line were cut: what they held past the cut was not read."""
+    cut = reading.logs.cut_lines
+    if not cut:
+        return None
+    return Problem(
+        Severity.WARN,
+        f"{sum(cut.values())} line(s) over {MAX_LINE // 1024} KiB cut in {len(cut)} input(s)",
+        [f"{name}: {n} line(s) cut" for name, n in list(cut.items())[:8]],
+        "No NCCL line is that long: a progress bar that redraws itself with a carriage return\n"
+        "(tqdm writing to a file) or binary data. NCCL lines glued behind such a bar are lost\n"
+        "at the cut; give the bar's redraws their own lines and explain the copy:\n"
+        "tr '\\r' '\\n' < job.log > job.lines.log",
     )
 
 

@@ -214,4 +214,5 @@ def explain_ticket(
         extra[kind] = {"files": [f.name for f in files], **section}
         findings.extend(found)
     extra["attachments"] = {**ticket.summary(), "unread_reports": unread}
+    findings.extend(run_checks("ticket", ticket))
     return extra, findings

@@ -13,6 +13,7 @@ import gzip
 import re
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -107,16 +108,21 @@ class Ticket:
 
 
 def read_head(path: str, limit: int = HEAD_BYTES) -> bytes:
-    """The first ``limit`` bytes, through gzip when the file is compressed."""
+    """The first ``limit`` bytes, through gzip when the file is compressed: of a cut or damaged
+    gzip, what it gave before the damage (the log reader then says where it stopped)."""
     with open(path, "rb") as raw:
         head = raw.read(limit)
-    if head[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as stream:
-                return stream.read(limit)
-        except (OSError, EOFError):
+        if head[:2] != b"\x1f\x8b":
             return head
-    return head
+        raw.seek(0)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip's; unlike gzip.open's read,
+        text = b""  # it hands over what it inflated before a cut, and never raises for one
+        while len(text) < limit and not inflate.eof and (packed := raw.read(HEAD_BYTES)):
+            try:
+                text += inflate.decompress(packed, limit - len(text))
+            except zlib.error:
+                break
+    return text or head
 
 
 def read_text(path: str, limit: int) -> tuple[str, bool]:
@@ -180,14 +186,25 @@ def _add(
         ticket.skipped.append((name, f"unreadable: {exc.strerror or exc}"))
         return
     if found is None:
-        ticket.skipped.append((name, "not a kind nccldoctor reads (binary)"))
+        ticket.skipped.append((name, _not_a_kind(path)))
     else:
         ticket.files.append(found)
 
 
+def _not_a_kind(path: str) -> str:
+    if not read_head(path).strip(b"\x00"):  # what a crash or a full disk leaves of a file
+        return "only NUL bytes: nothing of it reached the disk"
+    return "not a kind nccldoctor reads (binary)"
+
+
 def _is_tar(path: str) -> bool:
+    """A tar archive with at least one member: ``is_tarfile`` alone takes a file of NUL bytes
+    for an empty archive (its end marker is zeros), and it would vanish from the ticket."""
     try:
-        return tarfile.is_tarfile(path)
+        if not tarfile.is_tarfile(path):
+            return False
+        with tarfile.open(path) as archive:
+            return archive.next() is not None
     except (OSError, tarfile.TarError, EOFError):
         return False
 

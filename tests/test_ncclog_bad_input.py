@@ -40,19 +40,36 @@ def test_bad_files_among_good_ones(tmp_path: Path) -> None:
     assert rc in (0, 1) and "Traceback" not in stderr  # warnings exit 0
     extra = doc
     assert extra["nranks"] == 2 and extra["network"] == "Socket" and extra["init_complete"]
-    # each bad file is named with why: the parser's read errors, or the ticket's skipped list
-    said = {e.split(":")[0] for e in extra["nccl"]["read_errors"]}
-    said |= {s["name"] for s in doc["attachments"]["skipped"]}
-    assert {str(tmp_path / "cut.log.gz"), str(tmp_path / "random.bin"), "/proc/self/mem"} <= said
+    # each bad file is named with why, in a finding: the parser's read errors, the lines it cut,
+    # or the attachments the ticket did not read
+    named = {
+        f["id"]: {line.split(":")[0] for line in f["evidence"]}
+        for f in doc["findings"]
+        if f["id"] in ("logs.unreadable", "logs.lines-cut", "ticket.not-read")
+    }
+    assert named == {
+        "logs.unreadable": {str(tmp_path / "cut.log.gz")},  # read up to the cut, then said
+        "logs.lines-cut": {str(tmp_path / "one-line.txt")},
+        "ticket.not-read": {
+            str(tmp_path / "nul.txt"),
+            str(tmp_path / "random.bin"),
+            "/proc/self/mem",
+        },
+    }
     assert extra["nccl"]["lines"]["truncated"] >= 1  # the 50 MB line, cut and counted
 
 
-def test_only_nul_bytes_is_a_log_without_nccl_output(tmp_path: Path) -> None:
+def test_only_nul_bytes_is_said_and_no_nccl_output(tmp_path: Path) -> None:
+    # what a crash or a full disk leaves of a log being written (a tar of nothing, to tarfile)
     (tmp_path / "nul.txt").write_bytes(b"\0" * 4096)
     rc, doc, stderr = _explain(str(tmp_path / "nul.txt"))
-    assert rc == 0  # a warning: it says how to get NCCL to log
+    assert rc == 0  # warnings: it says why the file was not read, and how to get NCCL to log
     assert "Traceback" not in stderr
-    assert [f["id"] for f in doc["findings"] if f["severity"] != "ok"] == ["logs.no-nccl-output"]
+    problems = {f["id"]: f for f in doc["findings"] if f["severity"] != "ok"}
+    assert sorted(problems) == ["logs.no-nccl-output", "ticket.not-read"]
+    assert problems["ticket.not-read"]["evidence"] == [
+        f"{tmp_path / 'nul.txt'}: only NUL bytes: nothing of it reached the disk"
+    ]
 
 
 def test_every_real_log_as_one_ticket() -> None:

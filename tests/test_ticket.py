@@ -3,6 +3,7 @@ kind from `nccldoctor explain`."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import pickle
@@ -124,6 +125,23 @@ def test_a_damaged_archive_keeps_what_came_before_the_damage(tmp_path):
     assert [why.split(":")[0] for _, why in t.skipped] == ["archive damaged"]
 
 
+def test_a_file_of_nul_bytes_is_no_archive_and_is_said(tmp_path):
+    # tarfile takes zeros for an empty archive's end marker: the file would vanish unsaid
+    nul = tmp_path / "rank3.log"
+    nul.write_bytes(b"\x00" * 8192)
+    t = open_ticket([str(nul)], tmp_path / "work")
+    assert t.files == []
+    assert t.skipped == [(str(nul), "only NUL bytes: nothing of it reached the disk")]
+
+
+def test_a_cut_gzip_is_sorted_by_what_it_held_before_the_cut(tmp_path):
+    whole = gzip.compress(LOG.read_bytes())  # less than the head a sniff reads
+    cut = tmp_path / "rank0.log.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    t = open_ticket([str(cut)], tmp_path / "work")
+    assert kinds(t) == {"logs": ["rank0.log.gz"]} and t.skipped == []  # its reader says the cut
+
+
 def test_explain_json_has_one_section_per_kind(tmp_path):
     folder = tmp_path / "t"
     folder.mkdir()
@@ -205,7 +223,7 @@ def test_the_explain_document_of_a_ticket_is_valid_against_the_schema(tmp_path):
     with zipfile.ZipFile(archive, "w") as z:
         for src in (TESTS / "nccl-tests-322-failure.txt", RAS / "nccl-docs-dead.txt", LOG):
             z.write(src, src.name)
-        z.writestr("core", b"\x00" * 10)
+        z.writestr("core", b"\x7fELF\x02\x01\x01" + b"\x00" * 10)  # a core dump's head
     result = runner.invoke(app, ["explain", "--json", "--no-html", str(archive)])
     document = json.loads(result.stdout)
     assert validate_report(document) == []

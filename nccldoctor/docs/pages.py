@@ -169,6 +169,10 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over the NCCL RAS output (`ncclras`) in a ticket (`nccldoctor explain`)",
         "nccldoctor explain ncclras.txt",
     ),
+    "ticket": (
+        "over the attachments of a ticket, as they were sorted (`nccldoctor explain`)",
+        "nccldoctor explain ticket.tar.gz",
+    ),
 }
 
 

@@ -87,7 +87,7 @@ class LogSet:
     other_lines: int = 0  # not NCCL debug output (the app, PyTorch, the launcher)
     unknown_lines: int = 0  # NCCL lines of no known kind
     garbled_lines: int = 0  # say NCCL but have no parsable envelope
-    truncated_lines: int = 0
+    cut_lines: dict[str, int] = field(default_factory=dict)  # file -> lines over MAX_LINE, cut
     unknown_samples: list[str] = field(default_factory=list)
     read_errors: list[str] = field(default_factory=list)
     bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
@@ -117,7 +117,8 @@ class LogSet:
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.garbled_lines += other.garbled_lines
-        self.truncated_lines += other.truncated_lines
+        for name, cut in other.cut_lines.items():
+            self.cut_lines[name] = self.cut_lines.get(name, 0) + cut
         self.unknown_samples.extend(
             other.unknown_samples[: MAX_SAMPLES - len(self.unknown_samples)]
         )
@@ -623,7 +624,8 @@ def parse_stretch(
         parser.feed(data, start, end)
     parser.finish()
     result = parser.result
-    result.truncated_lines = reader.truncated
+    if reader.truncated:
+        result.cut_lines[name] = reader.truncated
     if reader.read_error:
         result.read_errors.append(f"{name}: {reader.read_error}")
     return result

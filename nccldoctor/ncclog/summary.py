@@ -194,7 +194,7 @@ def summarize(logs: LogSet) -> dict[str, Any]:
             "other": logs.other_lines,
             "unknown": logs.unknown_lines,
             "garbled": logs.garbled_lines,
-            "truncated": logs.truncated_lines,
+            "truncated": sum(logs.cut_lines.values()),
         },
         "unknown_samples": logs.unknown_samples,
         "read_errors": logs.read_errors,
