@@ -156,7 +156,18 @@ _NOT_CHECKS = frozenset({"signatures"})
 # `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
 # module of their area.
 _SCOPE_MODULES: frozenset[str] = frozenset(
-    {"run", "ranks", "world", "logs", "job", "flightrec", "nccl_tests", "ras", "bandwidth"}
+    {
+        "run",
+        "ranks",
+        "world",
+        "logs",
+        "job",
+        "flightrec",
+        "nccl_tests",
+        "ras",
+        "bandwidth",
+        "ticket",
+    }
 )
 
 
