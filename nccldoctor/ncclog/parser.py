@@ -229,14 +229,14 @@ class SourceParser:
         (None: not counted, there are too many communicators to count each). One of three
         ways, cheapest first: a launcher's stdout (``_app_region``), a rank's own file counted
         per communicator (``_own_region``), any other NCCL output (``_nccl_region``)."""
-        if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
-            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         needles = self._comm_needles()
         if self._app:  # sorted into lines (in C: a block at a time; in Python: cache-sized runs)
             n_coll = sum(self._app_region(data, a, b) for a, b in _regions(data, start, end))
             if len(needles) > EXACT_COMMS:
                 return n_coll, None
             return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
+        if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
+            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
         n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
         n_lines = data.count(b"\n", start, end)
         if len(needles) > EXACT_COMMS:
