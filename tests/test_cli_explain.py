@@ -35,7 +35,7 @@ KEYS = {
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """explain writes ./report.html by default: each test in its own folder."""
+    """Each test in its own folder, so that a file written there is this test's."""
     monkeypatch.chdir(tmp_path)
 
 
@@ -106,20 +106,23 @@ def test_html_report(tmp_path):
     assert result.stdout.splitlines()[-1] == f"Page: {page}"
 
 
-def test_the_page_is_written_by_default_and_named_last(tmp_path):
+def test_no_page_is_written_unless_asked(tmp_path):
+    """explain reads a ticket: it leaves no file behind unless --html asks for the page."""
     result = runner.invoke(app, ["explain", str(LOGS / "v2.18-socket-2node")])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
-    assert result.stdout.splitlines()[-1] == "Page: report.html"
-
-
-def test_no_html_writes_no_page_and_json_keeps_stdout_json(tmp_path):
-    result = runner.invoke(app, ["explain", "--no-html", str(LOGS / "v2.18-socket-2node")])
-    assert result.exit_code == 0 and not (tmp_path / "report.html").exists()
-    assert "Page:" not in result.output
+    assert list(tmp_path.iterdir()) == [] and "Page:" not in result.output
     result = runner.invoke(app, ["explain", "--json", str(LOGS / "v2.18-socket-2node")])
+    json.loads(result.stdout)
+    assert list(tmp_path.iterdir()) == [] and "Page:" not in result.stderr
+
+
+def test_json_with_a_page_keeps_stdout_json_and_names_the_page_last(tmp_path):
+    logs = str(LOGS / "v2.18-socket-2node")
+    result = runner.invoke(app, ["explain", "--json", "--html", "page.html", logs])
     json.loads(result.stdout)  # the page's path went to stderr
-    assert result.stderr.splitlines()[-1] == "Page: report.html"
+    assert result.stderr.splitlines()[-1] == "Page: page.html"
+    # readable by whoever may read the folder, as any file the user writes: it is for a ticket
+    assert (tmp_path / "page.html").stat().st_mode & 0o044 == 0o044
 
 
 def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):
@@ -133,7 +136,11 @@ def test_a_file_without_nccl_output_says_how_to_get_it(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "read_bytes"),
-    [(["--json"], 0), ([], 0), (["--json"], 1)],
+    [
+        (["--json", "--html", "report.html"], 0),
+        (["--html", "report.html"], 0),
+        (["--json", "--html", "report.html"], 1),
+    ],
     # gone before the first write (which then fails), or gone after a line, in the middle of it
     ids=["json-reader-gone", "terminal-reader-gone", "json-read-a-line"],
 )
@@ -151,5 +158,5 @@ def test_a_reader_that_leaves_early_costs_the_output_not_the_verdict(tmp_path, a
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr and "Exception" not in run.stderr, run.stderr
     # with --json the page's path is on stderr, else on the stdout that went
-    assert run.stderr.splitlines() == (["Page: report.html"] if args else [])
+    assert run.stderr.splitlines() == (["Page: report.html"] if "--json" in args else [])
     assert "nccldoctor explain report" in (tmp_path / "report.html").read_text()

@@ -159,12 +159,19 @@ def page_path(html: Path | None, no_html: bool, default: Path) -> Path | None:
     return None if no_html else html or default
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: Path, text: str) -> None:
     """Write atomically (a reader never sees half a page); a failure is a usage error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets; a page is not one
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(text)
             os.replace(tmp, path)

@@ -11,15 +11,7 @@ from typing import Annotated
 
 import typer
 
-from nccldoctor.cli.console import (
-    HtmlPath,
-    NoHtml,
-    abort,
-    page_path,
-    print_json,
-    print_report,
-    write_page,
-)
+from nccldoctor.cli.console import abort, print_json, print_report, write_page
 from nccldoctor.report import Report
 
 
@@ -32,8 +24,13 @@ def explain(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    html: HtmlPath = None,
-    no_html: NoHtml = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", envvar="NCCLDOCTOR_HTML", help="Also write the HTML page here."),
+    ] = None,
+    no_html: Annotated[
+        bool, typer.Option("--no-html", hidden=True, help="The default: no page.")
+    ] = False,  # kept so that scripts written when explain wrote a page by default still run
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -46,7 +43,8 @@ def explain(
     from nccldoctor.explain import explain_ticket
     from nccldoctor.ticket import InputError, open_ticket
 
-    page = page_path(html, no_html, Path("report.html"))  # explain writes no JSON file
+    # explain only reads: it writes a page when asked to (--html), never beside the user's files
+    page = None if no_html else html
     # archives are unpacked here and read before it goes
     with tempfile.TemporaryDirectory(prefix="nccldoctor-explain-") as workdir:
         try:
