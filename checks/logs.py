@@ -349,7 +349,7 @@ def collective_divergence(group: CommGroup) -> Problem | None:
         "The ranks that stopped early either hang inside the previous collective or never called\n"
         "the next one (a rank-dependent code path, an exception, a data loader that ran dry).\n"
         "Get their Python stacks (py-spy dump --pid PID) and PyTorch's Flight Recorder\n"
-        "(TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1).",
+        "(TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1).",
         behind[0],
     )
 

@@ -92,11 +92,7 @@ def watch(
             )
     except FileNotFoundError as exc:
         raise abort(f"cannot run {command[0]!r}: {exc.strerror}", code=2) from exc
-    if outcome.hung or outcome.exit_code != 0:
-        final = write(outcome, final=True)
-    else:
-        final = watch_report(outcome, argv, out)
-        write_report(final, report_path)
+    final = write(outcome, final=True)  # the verdict closes every run, a healthy one too
     # stdout is the job's: the page's path goes to stderr
     write_page(final.to_dict(), page, json_out=True)
     raise typer.Exit(outcome.exit_code)

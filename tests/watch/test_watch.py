@@ -50,7 +50,11 @@ def test_healthy_job_passes_through(tmp_path):
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     # the page beside the JSON, its path the last line (stderr: stdout is the job's)
     page = tmp_path / "watch" / "report.html"
-    assert proc.stderr.splitlines()[-1] == f"Page: {page}"
+    *_, verdict, last = proc.stderr.splitlines()
+    assert last == f"Page: {page}"
+    assert verdict.startswith("nccldoctor: The job finished successfully. Report: ")
+    # only the current name of the Flight Recorder's size is set: torch warns on the old one
+    assert "is deprecated" not in proc.stderr
     assert "nccldoctor watch report" in page.read_text()
 
 

@@ -8,7 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nccldoctor.cluster.diagnosis.verdict import rank_findings
+from nccldoctor.debugenv import debug_env, torch_before_2_6
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.forensics.ranks import RankEvidence, RankProcess, rank_state
 from nccldoctor.forensics.stacks import main_thread_frames, traceback_frames, user_frame
@@ -87,6 +90,42 @@ def test_user_settings_are_never_overridden(tmp_path):
     assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path))
     assert env["PYTHONPATH"].endswith(os.pathsep + "/x")
     assert env["TORCH_FR_BUFFER_SIZE"] == "2000"
+
+
+@pytest.mark.parametrize(("torch_version", "old_name"), [("2.5.1", "2000"), ("2.13.0", None)])
+def test_a_torch_before_2_6_gets_the_flight_recorders_old_name(tmp_path, torch_version, old_name):
+    """The job's own torch decides (found by its metadata, as the job's Python sees it): before 2.6
+    the buffer size is read under its old name, after it the old name makes every rank warn."""
+    site = tmp_path / "site"
+    info = site / f"torch-{torch_version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n"
+    )
+    env = job_env({**os.environ, "PYTHONPATH": str(site)}, tmp_path)
+    env.pop("TORCH_NCCL_TRACE_BUFFER_SIZE", None)
+    shown = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('TORCH_NCCL_TRACE_BUFFER_SIZE'))"],
+        env=env, capture_output=True, text=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    assert shown == str(old_name)
+
+
+@pytest.mark.parametrize(
+    ("version", "before"),
+    [
+        ("2.5.1+cu124", True),
+        ("2.2.0", True),
+        ("2.6.0", False),
+        ("2.13.0a0+git", False),
+        ("10.1", False),
+        ("nightly", False),
+    ],
+)
+def test_torch_versions_before_2_6(version, before):
+    assert torch_before_2_6(version) is before
+    names = debug_env({}, "/logs", torch_version=version)
+    assert ("TORCH_NCCL_TRACE_BUFFER_SIZE" in names) is before
 
 
 def test_pyspy_dump_is_read_with_locals():

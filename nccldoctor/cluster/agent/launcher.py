@@ -111,7 +111,11 @@ def worker_env(spec: WorkerSpec, rank: int, local_rank: int, base: Mapping[str, 
         MASTER_ADDR=spec.master,
         MASTER_PORT=str(spec.port),
     )
-    env.update(debug_env(base, directory, coll=True))  # a short run: COLL lines are affordable
+    torch = sys.modules.get("torch")  # the agent's torch is the workers'
+    # a short run: COLL lines are affordable
+    env.update(
+        debug_env(base, directory, coll=True, torch_version=getattr(torch, "__version__", None))
+    )
     quiet_omp(env)
     if spec.interface:
         env.setdefault("NCCL_SOCKET_IFNAME", spec.interface)

@@ -6,7 +6,9 @@ It leaves the user's program untouched and only makes it observable from outside
   the signal handler itself, so it answers even while the main thread sits inside a collective);
 - writing to the FIFO ``fr.<pid>.fifo`` makes a daemon thread dump PyTorch's Flight Recorder to
   ``fr.<pid>.pkl`` (the collective sequence numbers show which rank is behind);
-- an uncaught exception is also written to ``error.<pid>.txt`` before the usual hook runs.
+- an uncaught exception is also written to ``error.<pid>.txt`` before the usual hook runs;
+- a torch older than 2.6 gets the Flight Recorder's size under its old name too (the watcher sets
+  only ``TORCH_FR_BUFFER_SIZE``: a newer torch warns on every rank when the old one is set).
 Then the next ``sitecustomize`` on the path, if any, is run, so a user's own one still works.
 """
 
@@ -85,6 +87,20 @@ def _install(watch_dir: str) -> None:
     ).start()
 
 
+def _flight_recorder_for_old_torch() -> None:
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE")
+    if not size or "TORCH_NCCL_TRACE_BUFFER_SIZE" in os.environ:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the distribution's metadata: importing torch here would cost every process seconds
+        major, minor = (int(part) for part in version("torch").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return
+    if (major, minor) < (2, 6):
+        os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] = size
+
+
 def _chain_next_sitecustomize() -> None:
     import importlib.machinery
     import importlib.util
@@ -104,4 +120,5 @@ if _WATCH_DIR and os.path.isdir(_WATCH_DIR):
     # A read-only or vanished watch dir must never break the user's program.
     with contextlib.suppress(OSError):
         _install(_WATCH_DIR)
+    _flight_recorder_for_old_torch()
 _chain_next_sitecustomize()
