@@ -26,6 +26,17 @@ class Severity(enum.StrEnum):
 
 _SEVERITY_ORDER = {Severity.OK: 0, Severity.INFO: 1, Severity.WARN: 2, Severity.FAIL: 3}
 
+
+class AreaState(enum.StrEnum):
+    """What an area's status line stands for when no finding judges the area: without one, an
+    area with a status line passed. Views mark these "–" (nothing to judge) or "✗" (stopped),
+    never "✓"."""
+
+    NOT_APPLICABLE = "not-applicable"  # nothing of it here: no NVIDIA driver, no HCA
+    NOT_MEASURED = "not-measured"  # the run ended before it: no rendezvous, no cross-node facts
+    STOPPED = "stopped"  # the run stopped in it
+
+
 # The category vocabulary shared by preflight checks, log signatures and cluster findings.
 CATEGORIES: tuple[str, ...] = (
     "interface_selection",

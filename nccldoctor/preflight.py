@@ -8,7 +8,7 @@ from pathlib import Path
 from checks import run_node_checks
 from nccldoctor.probes import collect_node_facts
 from nccldoctor.report import Report
-from nccldoctor.report.status import area_status
+from nccldoctor.report.status import area_state, area_status
 
 
 def run_preflight(
@@ -26,4 +26,5 @@ def run_preflight(
         findings=run_node_checks(facts, only=only),
         command=list(command),
         area_status=area_status(facts),
+        area_state=area_state(facts),
     )

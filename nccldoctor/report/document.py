@@ -47,6 +47,8 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     completed: bool = True  # False when the run itself could not finish
     area_status: dict[str, str] = field(default_factory=dict)  # area -> one-line status info
+    # area -> what its status line stands for where it did not pass (model.AreaState)
+    area_state: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # kind-specific sections (nccl, phases...)
 
     @property
@@ -75,6 +77,7 @@ class Report:
             "exit_code": self.exit_code,
             "completed": self.completed,
             "area_status": self.area_status,
+            **({"area_state": self.area_state} if self.area_state else {}),
             "findings": [f.to_dict() for f in self.findings],
             "nodes": _node_dicts(self.nodes),
             **self.extra,
@@ -95,6 +98,7 @@ class Report:
             "exit_code",
             "completed",
             "area_status",
+            "area_state",
             "findings",
             "nodes",
         }
@@ -115,6 +119,7 @@ class Report:
             schema_version=int(data.get("schema_version", 1)),
             completed=bool(data.get("completed", True)),
             area_status=dict(data.get("area_status", {})),
+            area_state=dict(data.get("area_state", {})),
             extra={k: v for k, v in data.items() if k not in core},
         )
 

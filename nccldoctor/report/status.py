@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nccldoctor.facts import NodeFacts
+from nccldoctor.model import AreaState
 from nccldoctor.units import format_bytes
 
 
@@ -17,6 +18,12 @@ def area_status(facts: NodeFacts) -> dict[str, str]:
         "environment": _environment(facts),
     }
     return {area: line for area, line in lines.items() if line}
+
+
+def area_state(facts: NodeFacts) -> dict[str, AreaState]:
+    """The areas whose status line says there is nothing of them on this node to judge."""
+    absent = {"gpu": not facts.gpu.nvml_available, "rdma": not facts.rdma.hcas}
+    return {area: AreaState.NOT_APPLICABLE for area, none in absent.items() if none}
 
 
 def _gpu(facts: NodeFacts) -> str:

@@ -9,12 +9,14 @@ from rich.console import Group
 from rich.text import Text
 
 from nccldoctor.forensics.stacks import without_cpp_frames
-from nccldoctor.model import AREA_TITLES, AREAS, Severity
+from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
 
 _MARKS_UNICODE = {Severity.OK: "✓", Severity.INFO: "•", Severity.WARN: "!", Severity.FAIL: "✗"}
 _MARKS_ASCII = {Severity.OK: "+", Severity.INFO: "-", Severity.WARN: "!", Severity.FAIL: "x"}
+# an area with nothing to judge (no driver, no HCA, a phase the run never reached): not a pass
+_NOTHING_JUDGED = {True: "–", False: "-"}
 _STYLES = {
     Severity.OK: "green",
     Severity.INFO: "cyan",
@@ -31,6 +33,7 @@ def render_terminal(
     marks = _MARKS_UNICODE if unicode else _MARKS_ASCII
     findings = [(_severity(g.finding), g) for g in group_findings(document)]
     area_status = section(document, "area_status")
+    area_state = section(document, "area_state")
     several_nodes = len(items(document.get("nodes"))) > 1
     lines: list[Text] = []
     top = section(document, "headline")
@@ -38,15 +41,21 @@ def render_terminal(
         lines += [Text(f"{top.get('title', '')}: {top['answer']}"), Text()]
     notes = [str(n) for n in values(document.get("load_notes"))]
     lines += [Text(f"Note: {note}", style="yellow") for note in notes] + ([Text()] if notes else [])
-    problem_areas = 0
+    area_levels: list[Severity] = []
     for area in AREAS:
         found = [(s, g) for s, g in findings if g.finding.get("area") == area]
         if not found and area not in area_status:
             continue
         level = _worst([s for s, _ in found if s is not Severity.INFO])
-        problem_areas += level in _PROBLEMS
+        state = area_state.get(area)
+        if level is Severity.OK and state == AreaState.STOPPED:
+            level = Severity.FAIL  # the run stopped here: whatever said why is elsewhere
+        area_levels.append(level)
         head = Text()
-        head.append(f"[{marks[level]}] ", style=_STYLES[level])
+        if level is Severity.OK and state is not None:
+            head.append(f"[{_NOTHING_JUDGED[unicode]}] ", style="dim")
+        else:
+            head.append(f"[{marks[level]}] ", style=_STYLES[level])
         head.append(AREA_TITLES[area], style="bold")
         if status := area_status.get(area):
             head.append(f" ({status})")
@@ -55,7 +64,7 @@ def render_terminal(
         for severity, finding in sorted(shown, key=lambda sf: -sf[0].rank):
             lines.extend(_finding_lines(severity, finding, marks, verbose, several_nodes))
     lines.append(Text())
-    lines.append(_summary(document, [s for s, _ in findings], problem_areas, marks))
+    lines.append(_summary(document, area_levels, marks))
     return Group(*lines)
 
 
@@ -101,18 +110,24 @@ def _readable(evidence: list[str]) -> list[str]:
     return [line for text in evidence if (line := without_cpp_frames(text))]
 
 
-def _summary(
-    document: dict[str, Any],
-    severities: list[Severity],
-    problem_areas: int,
-    marks: dict[Severity, str],
-) -> Text:
+def _summary(document: dict[str, Any], area_levels: list[Severity], marks: dict) -> Text:
+    """The closing line: what the exit code says (3 incomplete, 1 problems, 0 otherwise)."""
     if not document.get("completed", True):
         return Text(f"{marks[Severity.FAIL]} The run could not complete.", style="red bold")
-    if problem_areas == 0:
-        return Text(f"{marks[Severity.INFO]} No issues found!", style="green bold")
-    plural = "s" if problem_areas != 1 else ""
-    return Text(
-        f"{marks[Severity.WARN]} nccldoctor found issues in {problem_areas} area{plural}.",
-        style=_STYLES[_worst(severities)] + " bold",
-    )
+    failed, warned = area_levels.count(Severity.FAIL), area_levels.count(Severity.WARN)
+    if failed:
+        also = f", warnings in {warned} more" if warned else ""
+        return Text(
+            f"{marks[Severity.FAIL]} nccldoctor found problems in {_areas(failed)}{also}.",
+            style="red bold",
+        )
+    if warned:
+        return Text(
+            f"{marks[Severity.WARN]} Warnings in {_areas(warned)}; nothing that stops a run.",
+            style="yellow bold",
+        )
+    return Text(f"{marks[Severity.OK]} No issues found!", style="green bold")
+
+
+def _areas(n: int) -> str:
+    return f"{n} area{'s' if n != 1 else ''}"

@@ -30,7 +30,7 @@ from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.ranks import outcomes
 from nccldoctor.facts.world import LostNode, MergedFrom, WorldSeen, stalls
-from nccldoctor.model import Finding
+from nccldoctor.model import AreaState, Finding
 from nccldoctor.report import Report
 
 # Sections where rank 0's node (else the first report) speaks for the cluster.
@@ -88,6 +88,7 @@ def merge_reports(
     sources: dict[str, str | None] = {}  # node -> the report it came from
     findings: dict[tuple, Finding] = {}
     area_status: dict[str, str] = {}
+    area_state: dict[str, str] = {}
     phases: dict[tuple, dict] = {}
     by_rank: dict[Any, dict] = {}
     wire: dict[str, float] = {}
@@ -112,7 +113,10 @@ def merge_reports(
                     (finding.id, finding.node, finding.rank, finding.title), finding
                 )
         for area, line in report.area_status.items():
-            area_status.setdefault(area, line)
+            if area not in area_status:  # a line and what it stands for come from one report
+                area_status[area] = line
+                if area in report.area_state:
+                    area_state[area] = report.area_state[area]
         for phase in _dicts(report.extra.get("phases")):
             phases.setdefault((phase.get("node"), phase.get("rank"), phase.get("phase")), phase)
         for entry in _dicts(report.extra.get("ranks")):
@@ -180,6 +184,7 @@ def merge_reports(
                                     lost_of=NODE_LOST)  # fmt: skip
         if ended:
             area_status["run"] = f"{sum(r.ok for r in ended)}/{len(ended)} ranks ok"
+            area_state.pop("run", None)  # the ranks' ends are judged: the findings mark it
         judged += [
             *(cause.findings if cause else []),
             *verdict.rank_findings(ended, lost_sentences),
@@ -211,6 +216,8 @@ def merge_reports(
         if cluster_nodes
         else "no rendezvous"
     )
+    if not cluster_nodes:
+        area_state["cluster"] = AreaState.NOT_MEASURED
     lost_names = {node.name for node in lost}
     extra: dict[str, Any] = {k: first.extra[k] for k in _FROM_RANK_ZERO if first.extra.get(k)}
     extra.update(
@@ -232,6 +239,7 @@ def merge_reports(
         and not set(missing) - lost_names  # a lost node is judged; a missing one is not
         and (gathered is None or (world is not None and not world.abort)),
         area_status=area_status,
+        area_state=area_state,
         extra=extra,
     )
 

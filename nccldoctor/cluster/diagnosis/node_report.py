@@ -16,7 +16,7 @@ from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import RunObserved
-from nccldoctor.model import Finding, Severity
+from nccldoctor.model import AreaState, Finding, Severity
 from nccldoctor.report import Report
 
 
@@ -28,6 +28,7 @@ class NodeRun:
     facts: NodeFacts | None = None
     findings: list[Finding] = field(default_factory=list)
     area_status: dict[str, str] = field(default_factory=dict)
+    area_state: dict[str, AreaState] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
     is_master: bool = False
     run_id: str = ""
@@ -107,6 +108,11 @@ def build_node_report(
     world = run.world
     status = dict(run.area_status)
     status["run"] = _run_status(run)
+    state = dict(run.area_state)
+    if run.aborted:
+        state["run"] = AreaState.STOPPED
+    elif not run.ranks:
+        state["run"] = AreaState.NOT_MEASURED
     bandwidth = results.bandwidth_section(
         run.worker_results, world.backend if world else "", world.world_size if world else 0
     )
@@ -123,6 +129,7 @@ def build_node_report(
         command=list(command),
         completed=run.workers_started and not run.aborted,
         area_status=status,
+        area_state=state,
         extra={
             "phases": run.phases + run.rank_phases,
             "bandwidth": bandwidth,

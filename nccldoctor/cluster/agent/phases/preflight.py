@@ -35,6 +35,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         )
         state.bootstrap_probe = (libraries[0], future)
     run.area_status.update(pf.area_status)
+    run.area_state.update(pf.area_state)
 
 
 def _cuda(state: AgentState) -> bool:
