@@ -240,7 +240,7 @@ def master_lost(seen: RunObserved) -> Problem | None:
         [f"store: {lost.error}", *peers],
         f"Check the master {lost.master}: its kernel log (dmesg: OOM killer), whether it "
         "rebooted, the link to it. Every surviving node wrote its own report; combine them with\n"
-        "nccldoctor report merge check-<node>.json... -o report.html",
+        "nccldoctor report merge check-<node>.json... --html report.html",
         node=lost.master,
     )
 

@@ -190,7 +190,7 @@ def merged(seen: WorldSeen) -> Problem | None:
         [f"{node}: {source}" for node, source in sources.items()]
         + [f"{node}: missing" for node in missing],
         "Every node writes its own report; copy the missing nodes' report files here and run\n"
-        "nccldoctor report merge <every node's report.json> -o report.html"
+        "nccldoctor report merge <every node's report.json> --html report.html"
         if missing
         else "",
     )

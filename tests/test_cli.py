@@ -4,10 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from checks import all_checks
 from nccldoctor import __version__
+from nccldoctor.cli import EXIT_CODES
 from nccldoctor.cli.app import app
 
 runner = CliRunner()
@@ -77,3 +79,29 @@ def test_help_lists_every_command():
     assert result.returncode == 0
     for command in ("preflight", "explain", "check", "demo", "watch", "report"):
         assert command in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["preflight"],
+        ["explain"],
+        ["check"],
+        ["demo"],
+        ["watch"],
+        ["report"],
+        ["report", "show"],
+        ["report", "merge"],
+    ],
+)
+def test_every_help_carries_the_one_exit_code_sentence(command):
+    result = runner.invoke(app, [*command, "--help"], env={"NO_COLOR": "1", "COLUMNS": "400"})
+    assert result.exit_code == 0
+    assert " ".join(result.stdout.split()).count(" ".join(EXIT_CODES.split())) == 1
+
+
+def test_preflight_writes_its_json_to_the_file_named_by_json_file(tmp_path):
+    path = tmp_path / "preflight.json"
+    result = runner.invoke(app, ["preflight", "--json-file", str(path)])
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(path.read_text())["kind"] == "preflight"

@@ -1,1 +1,8 @@
 """The command line: one module per command, each a thin shell over the library."""
+
+# One sentence in every command's --help; the codes are report.document's EXIT_*.
+EXIT_CODES = (
+    "Exit codes: 0 healthy (warnings included), 1 problems found, 2 usage error, 3 the run could "
+    "not complete. watch passes the job's own exit code through, and exits 3 when it ended a hung "
+    "job."
+)

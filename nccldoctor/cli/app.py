@@ -16,36 +16,39 @@ from typing import Annotated
 import typer
 
 from nccldoctor import __version__
+from nccldoctor.cli import EXIT_CODES
 
 
 def _preflight(app: typer.Typer) -> None:
     from nccldoctor.cli import preflight
 
-    app.command("preflight")(preflight.preflight)
+    app.command("preflight", epilog=EXIT_CODES)(preflight.preflight)
 
 
 def _explain(app: typer.Typer) -> None:
     from nccldoctor.cli import explain
 
-    app.command("explain")(explain.explain)
+    app.command("explain", epilog=EXIT_CODES)(explain.explain)
 
 
 def _check(app: typer.Typer) -> None:
     from nccldoctor.cli import check
 
-    app.command("check")(check.check)
+    app.command("check", epilog=EXIT_CODES)(check.check)
 
 
 def _demo(app: typer.Typer) -> None:
     from nccldoctor.cli import demo
 
-    app.command("demo")(demo.demo)
+    app.command("demo", epilog=EXIT_CODES)(demo.demo)
 
 
 def _watch(app: typer.Typer) -> None:
     from nccldoctor.cli import watch
 
-    app.command("watch", context_settings={"ignore_unknown_options": True})(watch.watch)
+    app.command("watch", context_settings={"ignore_unknown_options": True}, epilog=EXIT_CODES)(
+        watch.watch
+    )
 
 
 def _report(app: typer.Typer) -> None:

@@ -39,7 +39,7 @@ def explain(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
-    """Explain a ticket's attachments. Exit 0 healthy, 1 a finding failed, 2 usage."""
+    """Explain a ticket's attachments."""
     from nccldoctor.explain import explain_ticket
     from nccldoctor.ticket import InputError, open_ticket
 

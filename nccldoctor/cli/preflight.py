@@ -26,8 +26,8 @@ def preflight(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Also write the JSON report here.")
+    json_file: Annotated[
+        Path | None, typer.Option("--json-file", help="Also write the JSON report to this file.")
     ] = None,
     check: Annotated[
         list[str] | None, typer.Option("--check", help="Run only this check id (repeatable).")
@@ -37,7 +37,7 @@ def preflight(
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
 ) -> None:
-    """Check this node for everything that breaks NCCL. Exit 0 healthy, 1 problems, 2 usage."""
+    """Check this node for everything that breaks NCCL."""
     if list_checks:
         for c in all_checks():
             stdout.print(f"{c.id:36} {c.scope:8} {c.category:28} {c.doc}", highlight=False)
@@ -54,8 +54,8 @@ def preflight(
         only=check,
         command=["nccldoctor", *sys.argv[1:]],
     )
-    if output:
-        write_report(report, output)
+    if json_file:
+        write_report(report, json_file)
     if json_out:
         print_json(report.to_dict())
     else:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from nccldoctor.cli import EXIT_CODES
 from nccldoctor.cli.console import abort, print_json, print_report, write_text
 from nccldoctor.report.document import Report
 
@@ -28,13 +29,17 @@ class _ShowByDefault(TyperGroup):
 app = typer.Typer(
     cls=_ShowByDefault,
     help="Render reports as text, HTML, JUnit or JSON (show, the default), or merge per-node "
-    "reports into a cluster report (merge). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete.",
+    "reports into a cluster report (merge).",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
 )
 
 Output = Annotated[
     Path | None,
-    typer.Option("--output", "-o", envvar="NCCLDOCTOR_OUTPUT", help="Write the HTML page here."),
+    # -o and --output: the names this option had before --html meant the page in every command
+    typer.Option(
+        "--html", "-o", "--output", envvar="NCCLDOCTOR_HTML", help="Write the HTML page here."
+    ),
 ]
 Junit = Annotated[
     Path | None,
@@ -44,7 +49,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="Print the (merged) report
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")]
 
 
-@app.command("show")
+@app.command("show", epilog=EXIT_CODES)
 def show(
     reports: Annotated[
         list[Path],
@@ -58,7 +63,7 @@ def show(
     json_out: JsonOut = False,
     verbose: Verbose = False,
 ) -> None:
-    """Render a report (several: merged first). Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
+    """Render a report (several: merged first)."""
     from nccldoctor.cluster.diagnosis.merge import merge_reports
     from nccldoctor.report.load import ReportError, read_document
 
@@ -72,7 +77,7 @@ def show(
     _render(document, output, junit, json_out, verbose)
 
 
-@app.command("merge")
+@app.command("merge", epilog=EXIT_CODES)
 def merge(
     reports: Annotated[
         list[Path],

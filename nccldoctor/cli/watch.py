@@ -51,10 +51,7 @@ def watch(
     html: HtmlPath = None,
     no_html: NoHtml = False,
 ) -> None:
-    """Run CMD with NCCL/PyTorch debugging on; on a hang or crash write the report.
-
-    Exit code: the job's own, or 3 when watch ended a hung job.
-    """
+    """Run CMD with NCCL/PyTorch debugging on; on a hang or crash write the report."""
     from nccldoctor.meet import RendezvousError
     from nccldoctor.watch.peers import WatchPeers
     from nccldoctor.watch.report import watch_report

@@ -146,7 +146,7 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
     "world": (
         "where the node reports are merged, over what was seen of every node: on the master "
         "(`nccldoctor check`) and in `nccldoctor report merge`",
-        "nccldoctor check --master ADDR --nodes N\nnccldoctor report merge NODE.json... -o report.html",
+        "nccldoctor check --master ADDR --nodes N\nnccldoctor report merge NODE.json... --html report.html",
     ),
     "logs": (
         "over the summary of NCCL logs (`nccldoctor explain`, and inside `nccldoctor check`)",
