@@ -39,6 +39,18 @@ class Member:
 
 
 @dataclass(frozen=True)
+class HelloFlood:
+    """The knocks at the master's listener past those it kept one by one: beyond the expected
+    nodes (a few more for retries), and refused ones past the first few."""
+
+    count: int
+    refused: int  # of them without the token
+    peers: Sequence[str]  # the addresses that knocked most
+    addresses: int  # how many addresses knocked
+    expected: int | None  # the nodes the run expected (None: not known)
+
+
+@dataclass(frozen=True)
 class Rendezvous:
     """The master's rendezvous: the store's port (its listener is the next), who joined, who
     knocked, and why the world closed short."""
@@ -48,6 +60,7 @@ class Rendezvous:
     hellos: Sequence[Knock] = ()
     missing: Sequence[str] = ()
     abort: str | None = None
+    flood: HelloFlood | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from checks import run_checks
-from nccldoctor.cluster.agent import gate
+from nccldoctor.cluster.agent import gate, knock
 from nccldoctor.cluster.diagnosis import causes
 from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
@@ -93,7 +93,7 @@ def test_mtu_stall_reads_bad_rank_rows_without_crashing():
 def probe(to_ok=True, from_ok=True):
     to_error = "" if to_ok else "TimeoutError: timed out"
     from_error = "" if from_ok else "timed out"
-    return gate.PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
+    return PortProbe("198.18.0.1:41000", to_ok, to_error, "198.18.0.2:52000", from_ok,
                           from_error, 3.0)  # fmt: skip
 
 
@@ -136,13 +136,13 @@ def test_ports_blocked_leads_the_hang_verdict():
 def test_port_probe_both_ways_over_loopback():
     server = gate.Gate(free_port(), "secret", "run1", bind="127.0.0.1")
     try:
-        reply = gate.say_hello("127.0.0.1", server.port, "b", "127.0.0.1", "secret",
+        reply = knock.say_hello("127.0.0.1", server.port, "b", "127.0.0.1", "secret",
                                time.monotonic() + 5)  # fmt: skip
         assert reply.probe_port == server.probe_port != server.port
-        result = gate.probe_ports("127.0.0.1", server.port, reply.probe_port, "b", "secret", 2.0)
+        result = knock.probe_ports("127.0.0.1", server.port, reply.probe_port, "b", "secret", 2.0)
         assert (result.to_master_ok, result.from_master_ok) == (True, True)
         assert result.from_master.startswith("127.0.0.1:")
-        closed = gate.probe_ports("127.0.0.1", server.port, free_port(), "b", "secret", 2.0)
+        closed = knock.probe_ports("127.0.0.1", server.port, free_port(), "b", "secret", 2.0)
         assert closed.to_master_ok is False and "refused" in closed.to_master_error.lower()
     finally:
         server.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from checks import get_check, run_checks
-from nccldoctor.cluster.agent import gate, tcpprobe
+from nccldoctor.cluster.agent import gate, knock, tcpprobe
 from nccldoctor.cluster.agent.reach import connect, locate
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.run import ReachResult, RunObserved
@@ -23,12 +23,12 @@ def test_hello_with_the_token_gets_the_run_id_and_the_seen_address():
     server = gate.Gate(free_port(), "secret", "run1", bind="127.0.0.1")
     port = server.port
     try:
-        reply = gate.say_hello("127.0.0.1", port, "b", "127.0.0.1", "secret", time.monotonic() + 5)
+        reply = knock.say_hello("127.0.0.1", port, "b", "127.0.0.1", "secret", time.monotonic() + 5)
         assert (reply.ok, reply.run_id, reply.seen) == (True, "run1", "127.0.0.1")
         assert abs(reply.skew_s) < 1 and reply.rtt_s < 1
-        refused = gate.say_hello("127.0.0.1", port, "c", "127.0.0.1", "nope", time.monotonic() + 5)
+        refused = knock.say_hello("127.0.0.1", port, "c", "127.0.0.1", "nope", time.monotonic() + 5)
         assert refused.refused and "wrong or missing token" in refused.error
-        gate.send_note("127.0.0.1", port, "b", "secret", "store port timed out")
+        knock.send_note("127.0.0.1", port, "b", "secret", "store port timed out")
         time.sleep(0.3)
         seen = {(h.node, h.accepted): h.reason for h in server.snapshot()}
         assert seen == {("b", True): "store port timed out", ("c", False): "wrong or missing token"}
@@ -40,7 +40,7 @@ def test_tcp_throughput_is_measured_by_the_receiver():
     server = gate.Gate(free_port(), None, "run1", bind="127.0.0.1")
     port = server.port
     try:
-        gbps, error = gate.measure_tcp("127.0.0.1", port, "b", None, 0.3, time.monotonic() + 10)
+        gbps, error = knock.measure_tcp("127.0.0.1", port, "b", None, 0.3, time.monotonic() + 10)
         assert error == "" and gbps > 0.01
         assert server.tcp_gbps["b"] == gbps
     finally:
@@ -54,7 +54,7 @@ def test_tcp_throughput_is_not_the_agents_gil():
     def measure() -> float:
         server = gate.Gate(free_port(), None, "run1", bind="127.0.0.1")
         try:
-            gbps, error = gate.measure_tcp(
+            gbps, error = knock.measure_tcp(
                 "127.0.0.1", server.port, "b", None, 0.5, time.monotonic() + 20
             )
             assert error == "", error
@@ -99,7 +99,7 @@ def test_hello_before_the_gate_opens_is_answered_soon_after_it_opens():
     opener = threading.Thread(target=open_late)
     opener.start()
     try:
-        reply = gate.say_hello("127.0.0.1", port, "b", "", None, time.monotonic() + 10)
+        reply = knock.say_hello("127.0.0.1", port, "b", "", None, time.monotonic() + 10)
         answered = time.monotonic()
         opener.join()
         assert reply.ok, reply.error
@@ -112,7 +112,7 @@ def test_hello_before_the_gate_opens_is_answered_soon_after_it_opens():
 
 def test_hello_to_nobody_ends_at_its_deadline():
     start = time.monotonic()
-    reply = gate.say_hello("127.0.0.1", free_port(), "b", "", None, start + 1.5)
+    reply = knock.say_hello("127.0.0.1", free_port(), "b", "", None, start + 1.5)
     assert not reply.ok and not reply.refused and "Connection refused" in reply.error
     assert time.monotonic() - start < 3
 

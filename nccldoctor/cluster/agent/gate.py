@@ -8,29 +8,58 @@ connections to ephemeral ports get through in both directions (gloo and NCCL lis
 from ``ip_local_port_range``, not on ``--port``: a firewall that passes only the rendezvous
 ports lets everything up to ``init_process_group`` work and then hangs it, failures.md F02).
 Every node says hello here before it joins the store, so the master can name a node whose store
-port is blocked. One JSON line each way; every socket has a timeout.
+port is blocked. One JSON line each way.
+
+Anyone who reaches the port can talk to it, so everything it does is bounded
+(docs/design.md#gate): a request is one line of at most ``MAX_LINE`` bytes that must arrive
+within ``MESSAGE_S``, its token is compared before anything else is read from it, at most
+``MAX_CLIENTS`` connections are served at once (``PER_PEER`` from one address; the next one is
+told "busy" and closed at once, and the clients here retry), a probe may last no longer than
+the run's budget for it, the knocks beyond the expected nodes are counted rather than kept
+(:class:`~nccldoctor.facts.world.HelloFlood`), and ``close`` kills the probe it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
+import math
 import os
 import secrets
 import select
 import socket
+import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from nccldoctor.cluster.agent import tcpprobe
 from nccldoctor.cluster.agent.reach import connect_once
-from nccldoctor.facts.run import HelloReply, PortProbe
+from nccldoctor.cluster.agent.wire import (
+    IO_TIMEOUT,
+    MAX_LINE,
+    read_line,
+    request_line,
+    send,
+)
+from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts
+from nccldoctor.facts.world import HelloFlood
 
-_IO_TIMEOUT = 5.0
-# A node whose preflight ended first knocks before the master's gate is up (it opens when the
-# master's preflight ends): a refused connect costs a round trip, a long pause every node's start.
-HELLO_RETRY_S = 0.1
+MESSAGE_S = 5.0  # for the whole request line: a client sending a byte a second holds nothing
+MAX_CLIENTS = 128  # connections served at once (a thread each)
+PER_PEER = 16  # of them from one address: one host cannot take every slot
+NAME_CHARS = 255  # a host name's limit
+NOTE_CHARS = 2000
+REFUSED_KEPT = 16  # refused knocks kept one by one (a finding each); the rest are counted
+KNOCK_SLACK = 4  # knocks kept beyond the expected nodes: a second master, a retried hello
+KNOCKS_UNKNOWN = 4096  # knocks kept when the node count is not known
+FLOOD_PEERS = 8  # addresses of the excess knocks named
+ACCEPT_PAUSE_S = 0.05  # after a failed accept (out of file descriptors): not a busy loop
+REFUSED = "wrong or missing token"
+BUSY = {"ok": False, "busy": True, "error": "busy: too many connections, retry"}
 
 
 @dataclass
@@ -45,16 +74,50 @@ class Hello:
     t: float = 0.0
 
 
+@dataclass(frozen=True)
+class GateLimits:
+    """What the gate grants its peers: how many knocks it keeps one by one, and the longest
+    probes the run's budgets ask of it (the clients here ask no more: phases/tcp.py, ports.py)."""
+
+    expected: int | None = None  # nodes, when known
+    tcp_s: float = Timeouts().tcp_probe
+    dial_s: float = Timeouts().port_probe
+    turns_s: float = Timeouts().tcp_total + 6 * 64  # the longest wait for a throughput turn
+
+    @classmethod
+    def of(cls, config: CheckConfig) -> GateLimits:
+        t, nodes = config.timeouts, config.nodes
+        # the nodes' own deadline for their turns (phases/tcp.py): the turns, 6 s of setup each
+        turns = t.tcp_total + 6 * (nodes or 64)
+        return cls(nodes, max(MIN_TCP_TURN, t.tcp_probe), t.port_probe, turns)
+
+    @property
+    def knocks(self) -> int:
+        return KNOCKS_UNKNOWN if self.expected is None else self.expected + KNOCK_SLACK
+
+
 class Gate:
     """The master's listener; ``hellos`` and ``tcp_gbps`` fill in as nodes talk to it."""
 
-    def __init__(self, port: int, token: str | None, run_id: str, bind: str = "0.0.0.0") -> None:
-        self._token = token
+    def __init__(
+        self,
+        port: int,
+        token: str | None,
+        run_id: str,
+        bind: str = "0.0.0.0",
+        limits: GateLimits | None = None,
+    ) -> None:
+        self._token = token.encode() if token else None
         self._run_id = run_id
+        self._limits = limits or GateLimits()
         self.nonce = secrets.token_hex(8)  # answers "whoami": is this listener the asker's own?
         self._lock = threading.Lock()
         self._tcp_turn = threading.Lock()  # one throughput stream at a time: they share the wire
+        self._sink: subprocess.Popen | None = None  # the throughput probe running, to stop
+        self._serving: Counter[str] = Counter()  # connections being served, by peer address
         self.hellos: list[Hello] = []
+        self._excess: Counter[str] = Counter()  # knocks past the kept ones, by peer address
+        self._excess_refused = 0
         self.tcp_gbps: dict[str, float] = {}
         self._sock = socket.create_server((bind, port), reuse_port=False)
         # Port 0: the kernel picks from ip_local_port_range, as for gloo's and NCCL's listeners.
@@ -67,6 +130,9 @@ class Gate:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop listening and stop the probe under way (its process would outlive ours)."""
+        if self._closed.is_set():
+            return
         self._closed.set()
         os.write(self._wake_write, b"x")
         self._thread.join(timeout=2)
@@ -74,6 +140,9 @@ class Gate:
             os.close(fd)
         self._sock.close()
         self._probe.close()
+        with self._lock:
+            if self._sink is not None:
+                self._sink.kill()
 
     @property
     def probe_port(self) -> int:
@@ -83,71 +152,114 @@ class Gate:
         while not self._closed.is_set():
             try:
                 ready = select.select([self._sock, self._probe, self._wake_read], [], [])[0]
-                for sock in ready:
-                    if sock is self._wake_read:
-                        return
-                    conn, peer = sock.accept()
-                    if sock is self._probe:  # connecting was the test: nothing to say
-                        conn.close()
-                        continue
-                    threading.Thread(target=self._handle, args=(conn, peer[0]), daemon=True).start()
             except (OSError, ValueError):
                 if self._closed.is_set():
                     return
+                time.sleep(ACCEPT_PAUSE_S)
+                continue
+            for sock in ready:
+                if sock is self._wake_read:
+                    return
+                try:
+                    conn, peer = sock.accept()
+                except OSError:  # out of file descriptors, or the client gave up: next round
+                    time.sleep(ACCEPT_PAUSE_S)
+                    continue
+                if sock is self._probe:  # connecting was the test: nothing to say
+                    conn.close()
+                    continue
+                self._admit(conn, peer[0])
+
+    def _admit(self, conn: socket.socket, peer: str) -> None:
+        """Serve ``conn`` in a thread of its own, or tell it "busy" when the slots are taken."""
+        with self._lock:
+            busy = sum(self._serving.values()) >= MAX_CLIENTS or self._serving[peer] >= PER_PEER
+            if not busy:
+                self._serving[peer] += 1
+        if not busy:
+            try:
+                threading.Thread(target=self._handle, args=(conn, peer), daemon=True).start()
+                return
+            except RuntimeError:  # the process may start no more threads
+                self._release(peer)
+        _turn_away(conn)
+
+    def _release(self, peer: str) -> None:
+        with self._lock:
+            self._serving[peer] -= 1
+            if self._serving[peer] <= 0:
+                del self._serving[peer]
 
     def _handle(self, conn: socket.socket, peer: str) -> None:
-        with conn:
-            try:
-                conn.settimeout(_IO_TIMEOUT)
-                request = json.loads(conn.makefile("rb").readline() or b"{}")
-                if not isinstance(request, dict):
-                    return
-                if not self._token_ok(request.get("token")):
-                    self._record(
-                        Hello(
-                            str(request.get("node", "?")),
-                            "",
-                            peer,
-                            False,
-                            "wrong or missing token",
-                            time.time(),
-                        )
-                    )
-                    _send(conn, {"ok": False, "error": "refused: wrong or missing token"})
-                    return
-                if request.get("op") == "hello":
-                    self._record(
-                        Hello(
-                            str(request.get("node", "?")),
-                            str(request.get("advertised", "")),
-                            peer,
-                            True,
-                            "",
-                            time.time(),
-                        )
-                    )
-                    reply = {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
-                    _send(conn, {**reply, "probe_port": self.probe_port})
-                elif request.get("op") == "whoami":
-                    _send(conn, {"ok": True, "nonce": self.nonce})
-                elif request.get("op") == "note":
-                    self._note(str(request.get("node", "?")), peer, str(request.get("error", "")))
-                elif request.get("op") == "dial":
-                    ok, error = dial(peer, int(request["port"]), float(request["seconds"]))
-                    _send(conn, {"ok": ok, "error": error, "address": peer})
-                elif request.get("op") == "tcp":
-                    self._tcp(conn, str(request.get("node", peer)), float(request["seconds"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                return  # a bad or vanished client never takes the listener down
+        try:
+            with conn:
+                self._answer(conn, peer)
+        except Exception:  # a bad or vanished client never takes the listener down
+            return
+        finally:
+            self._release(peer)
+
+    def _answer(self, conn: socket.socket, peer: str) -> None:
+        request = request_line(read_line(conn, time.monotonic() + MESSAGE_S))
+        if request is None:
+            return
+        node = _name(request.get("node"))
+        if not self._token_ok(request.get("token")):
+            self._record(Hello(node, "", peer, False, REFUSED, time.time()))
+            send(conn, {"ok": False, "error": f"refused: {REFUSED}"})
+            return
+        op = request.get("op")
+        if op == "hello":
+            self._record(Hello(node, _name(request.get("advertised")), peer, True, "", time.time()))
+            reply = {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
+            send(conn, {**reply, "probe_port": self.probe_port})
+        elif op == "whoami":
+            send(conn, {"ok": True, "nonce": self.nonce})
+        elif op == "note":
+            self._note(node, peer, _text(request.get("error"), NOTE_CHARS))
+        elif op == "dial":
+            port, seconds = (
+                request.get("port"),
+                _seconds(request.get("seconds"), self._limits.dial_s),
+            )
+            if seconds is None or not _is_port(port):
+                send(conn, _beyond("a dial", self._limits.dial_s))
+                return
+            ok, error = dial(peer, port, seconds)
+            send(conn, {"ok": ok, "error": error, "address": peer})
+        elif op == "tcp":
+            seconds = _seconds(request.get("seconds"), self._limits.tcp_s)
+            if seconds is None:
+                send(conn, _beyond("a throughput probe", self._limits.tcp_s))
+                return
+            self._tcp(conn, node, seconds)
 
     def _tcp(self, conn: socket.socket, node: str, seconds: float) -> None:
-        with self._tcp_turn:
+        if not self._tcp_turn.acquire(timeout=self._limits.turns_s):
+            return  # the node's own deadline for its turn has passed too
+        try:
+            if self._closed.is_set():
+                return
             received, elapsed = tcpprobe.run_isolated(
-                "sink", conn, seconds + _IO_TIMEOUT, started=lambda: _send(conn, {"go": True})
+                "sink", conn, seconds + IO_TIMEOUT, started=lambda child: self._go(conn, child)
             )
             with self._lock:
-                self.tcp_gbps[node] = tcpprobe.gbps(received, elapsed)
-            _send(conn, {"bytes": received, "seconds": elapsed})
+                if node in self.tcp_gbps or len(self.tcp_gbps) < self._limits.knocks:
+                    self.tcp_gbps[node] = tcpprobe.gbps(received, elapsed)
+            send(conn, {"bytes": received, "seconds": elapsed})
+        finally:
+            with self._lock:
+                self._sink = None
+            self._tcp_turn.release()
+
+    def _go(self, conn: socket.socket, sink: subprocess.Popen) -> None:
+        """The sink runs: kept for ``close`` to stop, then the node may start streaming."""
+        with self._lock:
+            self._sink = sink
+            if self._closed.is_set():  # close() ran before it was kept: stop it here
+                sink.kill()
+                return
+        send(conn, {"go": True})
 
     @property
     def port(self) -> int:
@@ -156,11 +268,18 @@ class Gate:
     def _token_ok(self, offered: object) -> bool:
         if not self._token:
             return True
-        return isinstance(offered, str) and hmac.compare_digest(offered, self._token)
+        # compared as bytes: compare_digest refuses str that is not ASCII
+        return isinstance(offered, str) and hmac.compare_digest(offered.encode(), self._token)
 
     def _record(self, hello: Hello) -> None:
         with self._lock:
-            self.hellos.append(hello)
+            refused = sum(not h.accepted for h in self.hellos)
+            room = (refused < REFUSED_KEPT) if not hello.accepted else True
+            if room and len(self.hellos) < self._limits.knocks:
+                self.hellos.append(hello)
+                return
+            self._excess[hello.seen] += 1
+            self._excess_refused += not hello.accepted
 
     def _note(self, node: str, peer: str, error: str) -> None:
         """A node that said hello reports why it cannot go on (e.g. the store port is blocked)."""
@@ -173,65 +292,58 @@ class Gate:
         with self._lock:
             return list(self.hellos)
 
-
-def say_hello(
-    master: str, port: int, node: str, advertised: str, token: str | None, deadline: float
-) -> HelloReply:
-    """Hello to the master's gate, retrying connection errors until ``deadline`` (monotonic)."""
-    last = "no attempt"
-    while True:
-        try:
-            t0 = time.time()
-            reply = _request(
-                master,
-                port,
-                {"op": "hello", "node": node, "advertised": advertised, "token": token or ""},
-                deadline,
-            )
-            t1 = time.time()
-            if not reply.get("ok"):
-                return HelloReply(False, error=str(reply.get("error")), refused=True)
-            return HelloReply(
-                True,
-                run_id=str(reply["run_id"]),
-                seen=str(reply.get("seen", "")),
-                skew_s=float(reply["t"]) - (t0 + t1) / 2,
-                rtt_s=t1 - t0,
-                probe_port=int(reply.get("probe_port") or 0),
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() + HELLO_RETRY_S >= deadline:
-            return HelloReply(False, error=last)
-        time.sleep(HELLO_RETRY_S)
+    def flood(self) -> HelloFlood | None:
+        """The knocks past those kept (beyond the expected nodes), or None when there were none."""
+        with self._lock:
+            if not self._excess:
+                return None
+            peers = tuple(peer for peer, _ in self._excess.most_common(FLOOD_PEERS))
+            return HelloFlood(sum(self._excess.values()), self._excess_refused, peers,
+                              len(self._excess), self._limits.expected)  # fmt: skip
 
 
-def whose_gate(
-    master: str, port: int, node: str, token: str | None, deadline: float
-) -> tuple[str | None, str]:
-    """The nonce of the listener answering at ``master``:``port`` ("" when it refused our token:
-    not ours, then), or None and the last error once ``deadline`` (monotonic) passed."""
-    last = "no attempt"
-    while True:
-        try:
-            message = {"op": "whoami", "node": node, "token": token or ""}
-            reply = _request(master, port, message, deadline)
-            return (str(reply["nonce"]), "") if reply.get("ok") else ("", str(reply.get("error")))
-        except (OSError, ValueError, KeyError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() + 0.5 >= deadline:
-            return None, last
-        time.sleep(0.5)
+def open_gate(config: CheckConfig, run_id: str) -> Gate:
+    """The master's gate for this run: its token, its node count and its probes' budgets."""
+    return Gate(config.gate_port, config.token, run_id, limits=GateLimits.of(config))
 
 
-def send_note(master: str, port: int, node: str, token: str | None, error: str) -> None:
-    """Best effort, a few seconds at most: tell the master why this node stops."""
-    message = {"op": "note", "node": node, "token": token or "", "error": error}
-    try:
-        with socket.create_connection((master, port), timeout=3) as conn:
-            _send(conn, message)
-    except OSError:
-        return
+def _name(value: object) -> str:
+    """A name a peer gave (its node, its address): printable text of a host name's length."""
+    if not isinstance(value, str):
+        return "?"
+    return _text(value, NAME_CHARS) or "?"
+
+
+def _text(value: object, limit: int) -> str:
+    return "".join(ch for ch in str(value)[:limit] if ch.isprintable())
+
+
+def _seconds(value: object, limit: float) -> float | None:
+    """A probe's duration when it is a number within (0, ``limit``], else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf
+    return seconds if 0 < seconds <= limit else None
+
+
+def _is_port(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
+def _beyond(what: str, limit: float) -> dict:
+    return {"ok": False, "refused": True,
+            "error": f"refused: {what} lasts at most {limit:g} s in this run"}  # fmt: skip
+
+
+def _turn_away(conn: socket.socket) -> None:
+    """Say "busy" without waiting on the client, then close. What it sent is read first, when
+    it is there: closing over unread bytes resets the connection before the answer is read."""
+    with conn:
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):
+            conn.recv(MAX_LINE)
+        with contextlib.suppress(OSError):
+            conn.send(json.dumps(BUSY).encode() + b"\n")
 
 
 def dial(address: str, port: int, seconds: float) -> tuple[bool, str]:
@@ -240,58 +352,3 @@ def dial(address: str, port: int, seconds: float) -> tuple[bool, str]:
     if exc is None:
         return True, ""
     return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def probe_ports(
-    master: str, gate_port: int, probe_port: int, node: str, token: str | None, seconds: float
-) -> PortProbe:
-    """Dial the master's ephemeral listener, then have the master dial one of ours (each
-    ``seconds`` at most): what gloo's and NCCL's connections will meet after the rendezvous."""
-    ok, error = dial(master, probe_port, seconds)
-    with socket.create_server(("0.0.0.0", 0)) as listener:  # the kernel's pick, as gloo's
-        port = listener.getsockname()[1]
-        message = {"op": "dial", "node": node, "token": token or "", "port": port,
-                   "seconds": seconds}  # fmt: skip
-        try:
-            back = _request(master, gate_port, message, time.monotonic() + seconds + _IO_TIMEOUT)
-            back_ok, back_error = bool(back.get("ok")), str(back.get("error") or "")
-            seen = str(back.get("address") or "?")
-        except (OSError, ValueError) as exc:
-            back_ok, back_error, seen = None, f"{type(exc).__name__}: {exc}", "?"
-    return PortProbe(f"{master}:{probe_port}", ok, error, f"{seen}:{port}", back_ok, back_error,
-                     seconds)  # fmt: skip
-
-
-def measure_tcp(
-    master: str, port: int, node: str, token: str | None, seconds: float, deadline: float
-) -> tuple[float | None, str]:
-    """Stream to the master for ``seconds`` once it is our turn; (Gbit/s, error)."""
-    try:
-        with socket.create_connection((master, port), timeout=_left(deadline)) as conn:
-            _send(conn, {"op": "tcp", "node": node, "token": token or "", "seconds": seconds})
-            reader = conn.makefile("rb")
-            conn.settimeout(_left(deadline))
-            if not json.loads(reader.readline() or b"{}").get("go"):
-                return None, "the master did not start the throughput probe"
-            conn.settimeout(_IO_TIMEOUT)
-            tcpprobe.run_isolated("source", conn, seconds)
-            conn.shutdown(socket.SHUT_WR)
-            result = json.loads(reader.readline() or b"{}")
-            return tcpprobe.gbps(int(result["bytes"]), float(result["seconds"])), ""
-    except (OSError, ValueError, KeyError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-def _request(master: str, port: int, message: dict, deadline: float) -> dict:
-    with socket.create_connection((master, port), timeout=min(_IO_TIMEOUT, _left(deadline))) as c:
-        c.settimeout(_IO_TIMEOUT)
-        _send(c, message)
-        return json.loads(c.makefile("rb").readline() or b"{}")
-
-
-def _send(conn: socket.socket, message: dict) -> None:
-    conn.sendall(json.dumps(message).encode() + b"\n")
-
-
-def _left(deadline: float) -> float:
-    return max(0.1, deadline - time.monotonic())

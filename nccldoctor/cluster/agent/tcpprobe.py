@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 _CHUNK = 1 << 20
 WINDOW_S = 0.05
@@ -75,10 +76,14 @@ LOOPS = {"source": source, "sink": sink}
 
 
 def run_isolated(
-    role: str, conn: socket.socket, seconds: float, started: Callable[[], None] = lambda: None
+    role: str,
+    conn: socket.socket,
+    seconds: float,
+    started: Callable[[subprocess.Popen[Any]], None] = lambda child: None,
 ) -> tuple[int, float]:
     """:func:`source` or :func:`sink` on ``conn`` in a child process; (bytes, seconds).
-    ``started`` runs once the child exists (the master's "go": the sink is there first).
+    ``started`` gets the child once it exists (the master keeps it to stop it when it closes,
+    then says "go": the sink is there first).
 
     Raises:
         OSError: the child failed (its stderr is the message) or ran past its bound.
@@ -87,7 +92,7 @@ def run_isolated(
     with subprocess.Popen(argv, stdin=conn.fileno(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as child:  # fmt: skip
         try:
-            started()
+            started(child)
             out, err = child.communicate(timeout=seconds + _START_S)
         except subprocess.TimeoutExpired:
             child.kill()

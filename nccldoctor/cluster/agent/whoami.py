@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from nccldoctor.cluster.agent import gate as gates
+from nccldoctor.cluster.agent import knock
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.facts.run import MasterSearch
 
@@ -29,10 +30,10 @@ def search(
     found = MasterSearch(f"{address}:{config.gate_port}", config.node_rank)
     t0 = time.monotonic()
     try:
-        gate: gates.Gate | None = gates.Gate(config.gate_port, config.token, run_id)
+        gate: gates.Gate | None = gates.open_gate(config, run_id)
     except OSError as exc:  # someone else's listener holds the port here: not ours to be
         gate, found.own_gate_error = None, str(exc)
-    nonce, found.error = gates.whose_gate(
+    nonce, found.error = knock.whose_gate(
         address, config.gate_port, config.node_name, config.token, deadline
     )
     found.answered = nonce is not None
@@ -48,7 +49,7 @@ def check_alone(config: CheckConfig, address: str, gate: gates.Gate) -> MasterSe
     """A master by ``--node-rank 0``: does ``address`` lead to its own listener (or nowhere)?"""
     found = MasterSearch(f"{address}:{config.gate_port}", config.node_rank)
     t0 = time.monotonic()
-    nonce, found.error = gates.whose_gate(
+    nonce, found.error = knock.whose_gate(
         address, config.gate_port, config.node_name, config.token,
         time.monotonic() + CONFLICT_WAIT_S,
     )  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccldoctor.cluster.agent import gate
+from nccldoctor.cluster.agent import knock
 from nccldoctor.cluster.agent.state import AgentState
 
 
@@ -14,7 +14,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     if run.is_master or not probe_port:
         row["status"], row["detail"] = "skipped", "the master listens"
         return
-    probe = gate.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
+    probe = knock.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
                              run.node, c.token, c.timeouts.port_probe)  # fmt: skip
     run.observed.port_probe = probe
     if probe.blocked:

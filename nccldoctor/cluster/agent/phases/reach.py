@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from nccldoctor.cluster.agent import gate, rendezvous, whoami
+from nccldoctor.cluster.agent import gate, knock, rendezvous, whoami
 from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
 from nccldoctor.meet import is_local
@@ -34,7 +34,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     connect(result, c.port, max(deadline, time.monotonic() + 3))
     if not result.connected:
         if not run.is_master:
-            gate.send_note(address, c.gate_port, run.node, c.token, str(result.error))
+            knock.send_note(address, c.gate_port, run.node, c.token, str(result.error))
         raise PhaseFailed(f"reach: {result.error}")
     if run.hello and not run.hello["ok"]:
         raise PhaseFailed(f"reach: {run.hello['error']}")
@@ -43,7 +43,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
 def _hello(state: AgentState, result: ReachResult, deadline: float) -> None:
     c, run = state.config, state.run
     address, advertised = result.addresses[0], result.source or ""
-    reply = gate.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
+    reply = knock.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
     run.hello = {
         "ok": reply.ok,
         "seen": reply.seen,
@@ -84,7 +84,7 @@ def _check_alone(state: AgentState, result: ReachResult, address: str) -> None:
     if found.second_master:
         _hello(state, result, time.monotonic() + 3)
         why = f"started as the master (--node-rank 0) too, but --master leads to {found.gate}"
-        gate.send_note(address, c.gate_port, state.run.node, c.token, why)
+        knock.send_note(address, c.gate_port, state.run.node, c.token, why)
         raise PhaseFailed(f"reach: {why}, another node's nccldoctor")
 
 
@@ -95,7 +95,7 @@ def _host(state: AgentState) -> None:
     budget = c.timeouts.rendezvous + c.timeouts.workers_total() + c.timeouts.exit_barrier
     try:
         state.store = rendezvous.host_store(c.port, budget)
-        state.gate = state.gate or gate.Gate(c.gate_port, c.token, state.run.run_id)
+        state.gate = state.gate or gate.open_gate(c, state.run.run_id)
     except Exception as exc:
         state.run.observed.listen_error = str(exc)
         raise PhaseFailed(f"reach: {exc}") from exc

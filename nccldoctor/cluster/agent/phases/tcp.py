@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nccldoctor.cluster.agent import gate
+from nccldoctor.cluster.agent import knock
 from nccldoctor.cluster.agent.state import AgentState
 
 
@@ -20,7 +20,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     seconds = c.timeouts.tcp_turn(probers)
     deadline = time.monotonic() + probers * (seconds + 6)
     address = run.observed.reach.addresses[0]
-    gbps, error = gate.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
+    gbps, error = knock.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
     run.tcp_gbps = gbps
     row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error
     if gbps is None:
