@@ -107,7 +107,11 @@ def check(
         typer.Option(
             envvar="NCCLDOCTOR_TOKEN",
             show_default=False,
-            help="Shared secret every node must present (never written to a report).",
+            help="Shared secret every node must present (never written to a report). Default: "
+            "derived from the job's id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, a pod's JOBSET_NAME "
+            "or JOB_NAME). Without either, the master trusts its network: anyone who reaches "
+            "its ports (--port and the next) can join the check or forge a node's result: make "
+            "one (openssl rand -hex 16) and give every node the same.",
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,

@@ -26,6 +26,13 @@ With several processes per node (``--nproc-per-node 2``, ``--ntasks-per-node=2``
 processes per node and world size); local rank 0 also does the node's agent work
 (cluster/agent/local.py). One process per node keeps the agent that starts its own workers.
 
+The shared token the master's gate asks of every node (docs/design.md#gate) is ``--token``
+(``NCCLDOCTOR_TOKEN``); without it, one derived from the launcher's job identity, which every
+node of one job sees alike: ``TORCHELASTIC_RUN_ID`` (torchrun's ``--rdzv-id``; not its default
+"none"), ``SLURM_JOB_ID``, and in a Kubernetes pod ``JOBSET_NAME`` or ``JOB_NAME`` (set from
+the pod's job label through the downward API: Kubernetes puts no job name in the environment
+itself). Without either the master trusts its network: anyone who reaches its ports may join.
+
 A launcher whose variables contradict each other (a world that is not a whole number of nodes,
 a node list that does not parse or whose first host does not resolve) is a usage error that
 names the variable and what it should hold; every process of the job gets the same one.
@@ -33,6 +40,7 @@ names the variable and what it should hold; every process of the job gets the sa
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +84,7 @@ class CheckConfig:
     mnist_root: str | None = None
     out: Path = Path("nccldoctor-check")
     token: str | None = None  # shared secret; never written to a report
+    token_from: str = ""  # "--token", the job identity's variable it was derived from, or ""
     node_name: str = ""
     launcher: str = "standalone"  # standalone | torchrun | slurm | mpirun | kubernetes | env
     local: LocalRank | None = None  # set when the launcher started several processes per node
@@ -156,6 +165,7 @@ def config_from_args(
         timeouts = timeouts_from(timeout, phase_timeouts, env)
     except TimeoutsError as exc:
         raise ConfigError(str(exc)) from None
+    token, token_from = shared_token(token or env.get("NCCLDOCTOR_TOKEN"), env, port)
     return CheckConfig(
         master=master,
         port=port,
@@ -166,7 +176,8 @@ def config_from_args(
         timeouts=timeouts,
         mnist_root=mnist_root,
         out=out or Path("nccldoctor-check"),
-        token=token or env.get("NCCLDOCTOR_TOKEN") or None,
+        token=token,
+        token_from=token_from,
         node_name=node_name or env.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),
         launcher=launcher,
         local=local,
@@ -274,6 +285,30 @@ _OMPI_SIZES = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
 _HOSTLIST_ITEM = re.compile(
     r"([^,\[\]]+)(?:\[(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)\]([^,\[\]]*))?(?:,|$)"
 )
+
+
+# Where a launcher names the job, in the order looked at; the Kubernetes names only in a pod.
+JOB_IDENTITIES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+POD_JOB_IDENTITIES = ("JOBSET_NAME", "JOB_NAME")
+# torchrun's run id when --rdzv-id is not given: the same for every job, so no identity
+_TORCHRUN_DEFAULT_ID = "none"
+
+
+def shared_token(given: str | None, env: Mapping[str, str], port: int) -> tuple[str | None, str]:
+    """The token every node must present, and where it came from: ``given`` (``--token``), else
+    a hash of the launcher's job identity and the store port, which every node of one job
+    derives alike and a node of another job does not; (None, "") without either.
+
+    The master's address stays out: nodes may name it differently (a host name, an address)."""
+    if given:
+        return given, "--token"
+    names = JOB_IDENTITIES + (POD_JOB_IDENTITIES if env.get("KUBERNETES_SERVICE_HOST") else ())
+    for name in names:
+        value = env.get(name, "")
+        if value and not (name == "TORCHELASTIC_RUN_ID" and value == _TORCHRUN_DEFAULT_ID):
+            digest = hashlib.sha256(f"nccldoctor check\0{name}={value}\0{port}".encode())
+            return digest.hexdigest()[:32], name
+    return None, ""
 
 
 def first_slurm_host(nodelist: str) -> str:

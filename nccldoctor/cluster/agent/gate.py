@@ -106,8 +106,13 @@ class Gate:
         run_id: str,
         bind: str = "0.0.0.0",
         limits: GateLimits | None = None,
+        token_from: str = "",
     ) -> None:
         self._token = token.encode() if token else None
+        # said to a refused node, so that a node started outside the job can tell why
+        self._refused = (
+            f"{REFUSED} (the master's: {token_origin(token_from)})" if token_from else REFUSED
+        )
         self._run_id = run_id
         self._limits = limits or GateLimits()
         self.nonce = secrets.token_hex(8)  # answers "whoami": is this listener the asker's own?
@@ -205,8 +210,8 @@ class Gate:
             return
         node = _name(request.get("node"))
         if not self._token_ok(request.get("token")):
-            self._record(Hello(node, "", peer, False, REFUSED, time.time()))
-            send(conn, {"ok": False, "error": f"refused: {REFUSED}"})
+            self._record(Hello(node, "", peer, False, self._refused, time.time()))
+            send(conn, {"ok": False, "error": f"refused: {self._refused}"})
             return
         op = request.get("op")
         if op == "hello":
@@ -304,7 +309,15 @@ class Gate:
 
 def open_gate(config: CheckConfig, run_id: str) -> Gate:
     """The master's gate for this run: its token, its node count and its probes' budgets."""
-    return Gate(config.gate_port, config.token, run_id, limits=GateLimits.of(config))
+    return Gate(config.gate_port, config.token, run_id, limits=GateLimits.of(config),
+                token_from=config.token_from)  # fmt: skip
+
+
+def token_origin(token_from: str) -> str:
+    """Where a node's token came from, in words (config.shared_token)."""
+    if not token_from:
+        return "none: no --token and no job identity"
+    return token_from if token_from == "--token" else f"derived from {token_from}"
 
 
 def _name(value: object) -> str:

@@ -57,7 +57,9 @@ def _hello(state: AgentState, result: ReachResult, deadline: float) -> None:
     run.facts.network.seen_by_master = reply.seen or None
     run.observed.hello, run.observed.gate = reply, f"{address}:{c.gate_port}"
     if reply.refused:
-        raise PhaseFailed(f"reach: {reply.error}")
+        raise PhaseFailed(
+            f"reach: {reply.error}; this node's token: {gate.token_origin(c.token_from)}"
+        )
     if reply.ok:
         run.run_id = reply.run_id
 
