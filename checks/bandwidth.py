@@ -9,6 +9,7 @@ from __future__ import annotations
 from checks import Problem, check
 from checks.linkrates import EXPECTED, LinkBudget, of_what, percent
 from nccldoctor.model import Severity
+from nccldoctor.units import format_bytes, format_GBps, format_link_rate
 
 _FIXES = {
     "IB": (
@@ -38,12 +39,12 @@ def busbw_below_link(budget: LinkBudget) -> Problem | None:
     node, link, gbitps = slowest
     return Problem(
         Severity.WARN,
-        f"allreduce busbw {budget.busbw_GBps:.2f} GB/s = {percent(fraction)} "
-        f"{of_what(link, f'{gbitps:g} Gbit/s')} ({node})",
+        f"allreduce busbw {format_GBps(budget.busbw_GBps)} = {percent(fraction)} "
+        f"{of_what(link, format_link_rate(gbitps))} ({node})",
         [
-            f"largest busbw {budget.busbw_GBps:.2f} GB/s at {(budget.size_bytes or 0) / 2**20:g} MiB over "
-            f"NET/{budget.transport}",
-            f"slowest relevant link: {link} on {node}, {gbitps:g} Gbit/s = {gbitps / 8:.2f} GB/s",
+            f"largest busbw {format_GBps(budget.busbw_GBps)} at "
+            f"{format_bytes(budget.size_bytes or 0)} over NET/{budget.transport}",
+            f"slowest relevant link: {link} on {node}, {format_link_rate(gbitps)}",
             f"{expected}; below {low / 2:.0%} is far below",
         ],
         _FIXES[budget.transport],

@@ -83,7 +83,7 @@ PROBE = "TCP probe"
 
 
 def of_what(link: str, rate: str) -> str:
-    """ "of what eth0's 100 Gbit/s carries", "of the 15 Gbit/s the TCP probe measured"."""
+    """ "of what eth0's 12.50 GB/s carries", "of the 1.88 GB/s the TCP probe measured"."""
     if link == PROBE:
         return f"of the {rate} the TCP probe measured"
     return f"of what {link}'s {rate} carries"

@@ -29,6 +29,7 @@ from typing import Any
 
 from checks import Problem
 from nccldoctor.model import CATEGORIES, Severity
+from nccldoctor.units import format_seconds
 
 SOURCES: tuple[str, ...] = ("nccl", "torch", "gloo")
 CATALOGUE_FILE = "signatures.toml"
@@ -46,9 +47,11 @@ _KEYS = (
     "fix",
     "reference",
 )
-# optional: the source files (as NCCL's WARN head names them, ``ras/client_support.cc``) whose
-# lines with this text are not this problem
-_OPTIONAL = ("not_from",)
+# optional: not_from, the source files (as NCCL's WARN head names them, ``ras/client_support.cc``)
+# whose lines with this text are not this problem; units, {group: unit} of what a group captures,
+# so that a title reads "10 min" where the line said 600061 milliseconds
+_OPTIONAL = ("not_from", "units")
+_UNITS = {"ms": lambda digits: format_seconds(int(digits) / 1000)}
 _ID = re.compile(r"^(?P<source>[a-z]+)\.[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FRAGMENT = re.compile(r"\{\{(\w+)\}\}")
 
@@ -71,6 +74,7 @@ class Signature:
     source: str
     versions: str
     not_from: tuple[str, ...] = ()
+    units: tuple[tuple[str, str], ...] = ()  # (group, unit) pairs, the unit a key of _UNITS
     weight: int = 0  # how much fixed text the pattern spells out: its specificity
 
     def describes(self, line: str) -> bool:
@@ -86,8 +90,13 @@ class SignatureMatch:
 
     @property
     def title(self) -> str:
-        """The signature's title with ``{group}`` filled ("?" for a group that did not match)."""
-        return self.signature.title.format_map(_Filled(self.groups))
+        """The signature's title with ``{group}`` filled ("?" for a group that did not match),
+        a group with a unit in the unit a person reads (600061 ms: "10 min")."""
+        shown = dict(self.groups)
+        for group, unit in self.signature.units:
+            if shown.get(group, "").isdigit():
+                shown[group] = _UNITS[unit](shown[group])
+        return self.signature.title.format_map(_Filled(shown))
 
     def to_problem(
         self, evidence: list[str], node: str | None = None, rank: int | None = None
@@ -253,6 +262,11 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
             "of the pattern contains"
         )
     placeholders = {f for _, f, _, _ in string.Formatter().parse(entry["title"]) if f}
+    units = entry.get("units", {})
+    if not (isinstance(units, dict) and set(units) <= set(tree.state.groupdict)):
+        raise SignatureError(f"{where}: units must map named groups of the pattern to units")
+    if unknown := sorted(set(map(str, units.values())) - set(_UNITS)):
+        raise SignatureError(f"{where}: units {unknown} are not among {sorted(_UNITS)}")
     if not placeholders <= set(tree.state.groupdict):
         raise SignatureError(
             f"{where}: title placeholders {sorted(placeholders - set(tree.state.groupdict))} "
@@ -271,6 +285,7 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         source=entry["source"],
         versions=entry["versions"],
         not_from=tuple(not_from),
+        units=tuple(units.items()),
         weight=sum(map(len, runs)),  # the fixed text every match spells out: its specificity
     )
 

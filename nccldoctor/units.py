@@ -3,7 +3,9 @@
 Two rates live in a report and differ by a factor of 8, so each field carries its unit in its
 name (docs/report.md): ``_GBps`` is gigabytes (10⁹ bytes) per second as nccl-tests prints busbw
 and algbw, ``_Gbitps`` gigabits per second as links are rated (NIC speed, IB port rate, the TCP
-probe). Sizes are binary (64 MiB), times s/ms/µs.
+probe). A view prints every rate in bytes per second (GB/s, MB/s under 1 GB/s), links too, so
+that a busbw and the link that bounds it read on one scale. Sizes are binary (64 MiB), times
+h/min/s/ms/µs.
 """
 
 from __future__ import annotations
@@ -38,15 +40,23 @@ def _rate(value: float) -> str:
 
 
 def format_GBps(value: Any) -> str:
-    """``9.41 GB/s`` (10⁹ bytes per second, as nccl-tests); "unknown" when not measured."""
-    return f"{_rate(value)} GB/s" if known(value) else UNKNOWN
-
-
-def format_Gbitps(value: Any) -> str:
-    """``100 Gbit/s`` (10⁹ bits per second, as links are rated); "unknown" when not known."""
+    """``9.41 GB/s`` (10⁹ bytes per second, as nccl-tests); under 1 GB/s in MB/s or kB/s
+    (``420 MB/s``, never ``0.00 GB/s``); "unknown" when not measured."""
     if not known(value):
         return UNKNOWN
-    return f"{value:g} Gbit/s" if value == int(value) else f"{_rate(value)} Gbit/s"
+    if value == 0:
+        return "0 GB/s"
+    if abs(value) >= 1:
+        return f"{_rate(value)} GB/s"
+    if abs(value) >= 1e-3:
+        return f"{value * 1e3:.3g} MB/s"
+    return f"{value * 1e6:.3g} kB/s"
+
+
+def format_link_rate(Gbitps: Any) -> str:
+    """A link's rating (Gbit/s, as NICs and ports are sold) in the unit every view uses for
+    rates, so that busbw and the link it is bounded by read on one scale: ``12.50 GB/s``."""
+    return format_GBps(GBps_of_Gbitps(Gbitps)) if known(Gbitps) else UNKNOWN
 
 
 def GBps_of_Gbitps(value: float) -> float:
@@ -55,9 +65,14 @@ def GBps_of_Gbitps(value: float) -> float:
 
 
 def format_seconds(value: Any) -> str:
-    """``1.25 s``, ``850 ms``, ``42 µs``: the unit that keeps the number readable."""
+    """``10 min``, ``1.25 s``, ``850 ms``, ``42 µs``: the unit that keeps the number readable
+    (a watchdog's 600061 ms is ``10 min``)."""
     if not known(value):
         return UNKNOWN
+    if abs(value) >= 2 * 3600:
+        return f"{value / 3600:.3g} h"
+    if abs(value) >= 600:
+        return f"{value / 60:.3g} min"
     if abs(value) >= 1:
         return f"{value:.3g} s" if abs(value) < 100 else f"{value:.0f} s"
     if abs(value) >= 1e-3:

@@ -50,7 +50,7 @@ def test_socket_far_below_the_slowest_nic_warns_with_the_numbers() -> None:
         "warn",
         "b",
     )
-    assert finding.title == "allreduce busbw 0.20 GB/s = 6% of what eth0's 25 Gbit/s carries (b)"
+    assert finding.title == "allreduce busbw 200 MB/s = 6% of what eth0's 3.12 GB/s carries (b)"
     assert "NCCL_SOCKET_IFNAME" in finding.fix
 
 

@@ -180,6 +180,17 @@ def test_missing_optional_group_renders_as_question_mark() -> None:
     assert match.title == "IB transport retry counter exceeded with peer ? on ? (status 12)"
 
 
+def test_a_duration_in_a_title_reads_in_human_units() -> None:
+    line = (
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, "
+        "OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for 600060 "
+        "milliseconds before timing out."
+    )
+    (match,) = [m for m in match_line(line) if m.signature.id == "torch.watchdog-timeout"]
+    assert match.groups["ran_for_ms"] == "600060"  # the evidence keeps NCCL's own number
+    assert match.title == "collective ALLREDUCE (SeqNum 1580) timed out after 10 min"
+
+
 # --- the fast path agrees with the slow one ----------------------------------------------------
 
 _PIECES = (
@@ -256,6 +267,8 @@ def _toml(entries: list[dict], fragments: dict[str, str] | None = None) -> str:
     def value(v: object) -> str:
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
         return "'''" + str(v) + "'''"
 
     text = ""
@@ -288,6 +301,8 @@ def test_a_good_entry_loads_and_matches() -> None:
         ({"pattern": r"Some(?:thing)* broke: (?P<thing>\S+)"}, "prefilter"),
         ({"pattern": r"Something brok[ea]: (?P<thing>\S+)"}, "prefilter"),
         ({"title": "problem with {other}"}, "not named groups"),
+        ({"units": {"thing": "furlongs"}}, "units \\['furlongs'\\] are not among"),
+        ({"units": {"other": "ms"}}, "units must map named groups"),
         ({"reference": []}, "reference"),
         ({"fix": "  "}, "fix must be"),
         ({"unexpected": "x"}, "unknown keys"),

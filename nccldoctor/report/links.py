@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nccldoctor.report.shape import items, section
-from nccldoctor.units import UNKNOWN, format_bytes, format_Gbitps, format_GBps
+from nccldoctor.units import UNKNOWN, format_bytes, format_GBps, format_link_rate
 
 if TYPE_CHECKING:
     from checks.linkrates import LinkBudget
@@ -72,7 +72,7 @@ def _facts(document: dict[str, Any]) -> list[NodeFacts]:
 
 
 def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: LinkBudget) -> str:
-    """ "allreduce busbw 1.40 GB/s at 64 MiB = 9% of what eth0's 100 Gbit/s carries (node-b)"."""
+    """ "allreduce busbw 1.40 GB/s at 64 MiB = 9% of what eth0's 12.50 GB/s carries (node-b)"."""
     from checks.linkrates import of_what, percent
 
     if busbw is None:
@@ -83,4 +83,4 @@ def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: LinkBu
     if slowest is None or fraction is None:
         return f"{head}; what the links carry is {UNKNOWN} (no NIC speed, port rate or TCP probe)"
     node, link, gbitps = slowest
-    return f"{head} = {percent(fraction)} {of_what(link, format_Gbitps(gbitps))} ({node})"
+    return f"{head} = {percent(fraction)} {of_what(link, format_link_rate(gbitps))} ({node})"

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nccldoctor.units import GBps_of_Gbitps, format_bytes, format_Gbitps, format_GBps
+from nccldoctor.units import GBps_of_Gbitps, format_bytes, format_GBps
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def bandwidth_chart(
         series=series,
         wire=HLine(
             y_of(wire_GBps),
-            f"TCP wire {format_Gbitps(wire[0])} = {format_GBps(wire_GBps)} ({wire[1]})",
+            f"TCP wire {format_GBps(wire_GBps)} ({wire[1]})",
         )
         if wire
         else None,

@@ -18,8 +18,8 @@ from nccldoctor.report.shape import items, section, values
 from nccldoctor.units import (
     UNKNOWN,
     format_bytes,
-    format_Gbitps,
     format_GBps,
+    format_link_rate,
     format_seconds,
     known,
 )
@@ -143,7 +143,7 @@ def link_table(document: dict[str, Any]) -> LinkTable | None:
     if not links:
         return None
     rows = [
-        (str(n.get("node", "")), str(k.get("name", "")), format_Gbitps(k.get("Gbitps")),
+        (str(n.get("node", "")), str(k.get("name", "")), format_link_rate(k.get("Gbitps")),
          str(k.get("source", "")))
         for n in items(links.get("nodes"))
         for k in items(n.get("links"))

@@ -33,7 +33,7 @@ def test_healthy_answer() -> None:
         "AllReduce over 4 ranks on 2 nodes used NET/Socket via eth0, GPUDirect RDMA off, "
         "2 channels, Ring with Simple for ≥ 64 KiB, Tree with LL below (predicted by NCCL's "
         "tuning model). No problems found. Allreduce busbw 9.73 GB/s at 64 MiB = 83% of the "
-        "93.60 Gbit/s the TCP probe measured (node-b)."
+        "11.70 GB/s the TCP probe measured (node-b)."
     )
 
 

@@ -41,7 +41,7 @@ def test_a_version_1_document_the_check_wrote_reads_with_units_in_the_names() ->
     assert "load_notes" not in document  # nothing lost in the conversion
     # a one-node gloo run over lo: no NIC speed, no probe, so the link's rate is unknown
     assert document["headline"]["answer"].endswith(
-        "Allreduce busbw 0.18 GB/s at 16 MiB; what the links carry is unknown "
+        "Allreduce busbw 181 MB/s at 16 MiB; what the links carry is unknown "
         "(no NIC speed, port rate or TCP probe)."
     )
 
