@@ -77,7 +77,7 @@ def test_help_lists_every_command():
     result = subprocess.run([sys.executable, "-m", "nccldoctor", "--help"],
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0
-    for command in ("preflight", "explain", "check", "demo", "watch", "report"):
+    for command in ("preflight", "explain", "check", "demo", "watch", "report", "docs"):
         assert command in result.stdout
 
 
@@ -92,6 +92,7 @@ def test_help_lists_every_command():
         ["report"],
         ["report", "show"],
         ["report", "merge"],
+        ["docs"],
     ],
 )
 def test_every_help_carries_the_one_exit_code_sentence(command):

@@ -37,6 +37,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_preflight(tmp_path, built_whe
     for shipped in ("checks/__init__.py", "checks/gpu.py", "checks/container.py"):
         assert shipped in names
     assert any(n.startswith("nccldoctor/templates/") for n in names)
+    assert "nccldoctor/guide/findings/container.shm-small.md" in names
     assert not any(n.startswith("tests/") for n in names)
 
     venv = tmp_path / "venv"
@@ -75,3 +76,10 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_preflight(tmp_path, built_whe
     assert "container.shm-small" in listed.stdout and "gpu.no-gpu" in listed.stdout
     version = _run([venv / "bin" / "nccldoctor", "--version"], cwd=tmp_path)
     assert version.returncode == 0 and version.stdout.startswith("nccldoctor ")
+    # the field guide travels too: a finding's page, read from the installed package
+    page = _run([venv / "bin" / "nccldoctor", "docs", "container.shm-small"], cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith("# `container.shm-small`"), page.stderr
+    assert (
+        f"The field guide: {Path(where.stdout.split()[0]).parent / 'guide'}"
+        in _run([venv / "bin" / "nccldoctor", "docs"], cwd=tmp_path).stdout
+    )

@@ -51,6 +51,12 @@ def _watch(app: typer.Typer) -> None:
     )
 
 
+def _docs(app: typer.Typer) -> None:
+    from nccldoctor.cli import guide
+
+    app.command("docs", epilog=EXIT_CODES)(guide.docs)
+
+
 def _report(app: typer.Typer) -> None:
     from nccldoctor.cli import report
 
@@ -65,6 +71,7 @@ COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
     "demo": _demo,
     "watch": _watch,
     "report": _report,
+    "docs": _docs,
 }
 
 

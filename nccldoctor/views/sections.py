@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from nccldoctor import guide
 from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kinds
@@ -25,6 +26,7 @@ from nccldoctor.units import (
 )
 
 SEVERITY_ORDER = ("fail", "warn", "info", "ok")
+_PROBLEMS = ("fail", "warn")
 SEVERITY_TITLES = {"fail": "Problems", "warn": "Warnings", "info": "Information", "ok": "Passed"}
 MATRIX_MAX_RANKS = 128  # beyond this a rank-by-rank matrix is unreadable; the lists remain
 TRANSPORT_CLASSES = {"NET/IB": "ib", "NET/Socket": "socket", "P2P": "p2p", "SHM": "shm"}
@@ -80,8 +82,11 @@ def _finding(group: FindingGroup) -> dict[str, Any]:
     """A finding with every key the page shows; links as (url, clickable: http(s) only)."""
     finding = group.finding
     links = finding.get("links") if isinstance(finding.get("links"), list) else []
+    problem = finding.get("severity") in _PROBLEMS
     return {
         "id": str(finding.get("id", "")),
+        # a problem carries its page of the field guide, so the page stays self-contained
+        "guide": (guide.finding_page(str(finding.get("id", ""))) or "") if problem else "",
         "category": str(finding.get("category", "")),
         "area": str(finding.get("area", "")),
         "severity": finding.get("severity"),

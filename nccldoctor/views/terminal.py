@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
+from nccldoctor import guide
 from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
@@ -100,6 +101,8 @@ def _finding_lines(
     if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))
         out.extend(Text(f"        {line}") for line in str(fix).splitlines())
+    if guide.page_path(str(finding.get("id", ""))):
+        out.append(Text(f"      More: nccldoctor docs {finding['id']}", style="dim"))
     if verbose:
         out.append(Text(f"      ({finding.get('id')}, {finding.get('category')})", style="dim"))
     return out
