@@ -63,12 +63,13 @@ GLOO = {"GLOO_SOCKET_IFNAME": "eth0"}
 def run_checks(
     lab: NetLab, out: Path, extra_args: list[str] = (), env_extra=None, timeout: float = 400.0
 ) -> tuple[float, list[int]]:
-    """`nccldoctor check` on every host at once (reports under ``out``/HOST), waited for: the
+    """`nccldoctor check` on every host at once, sharing ``out`` as nodes on one NFS folder do
+    (each run under ``out``/HOST/RUN, ``out``/HOST/latest the newest), waited for: the
     wall time in seconds and the exit codes. ``env_extra``: host name → extra variables."""
     args = ["--master", lab.hosts[0].address, "--nodes", str(len(lab.hosts)), *CHECK_ARGS,
             *extra_args]  # fmt: skip
     start = time.monotonic()
-    procs = [start_check(args, out=out / h.name, node_name=h.name, env=os.environ,
+    procs = [start_check(args, out=out, node_name=h.name, env=os.environ,
                          extra_env={**GLOO, **(env_extra or {}).get(h.name, {})}, lab=lab, host=h,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for h in lab.hosts]  # fmt: skip
@@ -107,7 +108,7 @@ def main() -> int:
             bare.append(run_bare(lab))
             out = work / f"healthy{n}"
             check.append(run_checks(lab, out)[0])
-            report = json.loads((out / "node0" / "check-cluster.json").read_text())
+            report = json.loads((out / "node0" / "latest" / "check-cluster.json").read_text())
             assert report["exit_code"] == 0, report["findings"]
         breakdown = ", ".join(f"{p['phase']} {p['duration_s']:.1f}" for p in report["phases"]
                               if p["node"] == "node0" and p["duration_s"] is not None)  # fmt: skip
@@ -119,10 +120,10 @@ def main() -> int:
         out = work / "hang"
         fault = {"node1": {"NCCLDOCTOR_FAULT": "hang:allreduce_correctness:rank=1"}}
         run_checks(lab, out, ["--phase-timeout", f"collective={COLLECTIVE_S:g}"], fault)
-        events = (out / "node1" / "node1" / "rank1" / "events.jsonl").read_text().splitlines()
+        events = (out / "node1" / "latest" / "rank1" / "events.jsonl").read_text().splitlines()
         hang_start = next(json.loads(e)["t"] for e in events
                           if '"allreduce_correctness"' in e and '"start"' in e)  # fmt: skip
-        cluster_path = out / "node0" / "check-cluster.json"
+        cluster_path = out / "node0" / "latest" / "check-cluster.json"
         hang_to_report = cluster_path.stat().st_mtime - hang_start
         hang = json.loads(cluster_path.read_text())["hang"]
         from torch.distributed.constants import default_pg_timeout

@@ -77,7 +77,7 @@ def healthy_check(nodes: int, work: Path) -> dict:
             wall, codes = check.run_checks(lab, work, PROCS_ARGS, timeout=600)
     finally:
         lab.close()
-    path = work / "node0" / "check-cluster.json"
+    path = work / "node0" / "latest" / "check-cluster.json"
     report = json.loads(path.read_text())
     assert codes == [0] * nodes and report["exit_code"] == 0, (codes, report["findings"])
     assert report["cluster"]["world_size"] == nodes * PROCS

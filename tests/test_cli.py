@@ -106,3 +106,26 @@ def test_preflight_writes_its_json_to_the_file_named_by_json_file(tmp_path):
     result = runner.invoke(app, ["preflight", "--json-file", str(path)])
     assert result.exit_code in (0, 1), result.output
     assert json.loads(path.read_text())["kind"] == "preflight"
+
+
+@pytest.mark.parametrize(
+    "command", [["check", "--master", "198.18.0.1", "--nodes", "1"], ["demo", "--loopback"]]
+)
+def test_an_out_that_is_a_file_is_said_in_one_line_before_anything_runs(tmp_path, command):
+    out = tmp_path / "out"
+    out.write_text("a user's file\n")
+    result = subprocess.run([sys.executable, "-m", "nccldoctor", *command, "--out", str(out)],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        f"nccldoctor: cannot write this run's files under --out {out}: {out} is a file ("
+    ), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and out.read_text() == "a user's file\n"
+
+
+def test_a_run_name_already_used_is_refused(tmp_path):
+    (tmp_path / "n0" / "job-7").mkdir(parents=True)
+    result = runner.invoke(app, ["check", "--master", "198.18.0.1", "--nodes", "1", "--out",
+                                 str(tmp_path), "--node-name", "n0", "--run-name", "job-7"])  # fmt: skip
+    assert result.exit_code == 2
+    assert f"{tmp_path}/n0/job-7 already holds a run" in " ".join(result.output.split())

@@ -25,6 +25,7 @@ from nccldoctor.cli.console import (
 from nccldoctor.cli.progress import Progress, message_text
 from nccldoctor.cluster.agent.rendezvous import Joined
 from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
+from nccldoctor.cluster.rundir import RunFolderError, make_run_folder
 from nccldoctor.forensics.stacks import without_cpp_frames
 
 
@@ -93,8 +94,22 @@ def check(
         ),
     ] = None,
     out: Annotated[
-        Path, typer.Option(envvar="NCCLDOCTOR_OUT", help="Where the reports and worker logs go.")
+        Path,
+        typer.Option(
+            envvar="NCCLDOCTOR_OUT",
+            help="Where the reports and logs go: each run in a new folder OUT/<node>/<run>/, "
+            "OUT/<node>/latest the newest.",
+        ),
     ] = Path("nccldoctor-check"),
+    run_name: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NCCLDOCTOR_RUN_NAME",
+            show_default=False,
+            help="This run's folder name (default: the start time and a random suffix); "
+            "one that exists is refused.",
+        ),
+    ] = None,
     node_name: Annotated[
         str | None,
         typer.Option(
@@ -134,6 +149,7 @@ def check(
             phase_timeouts=phase_timeout or (),
             mnist_root=mnist_root,
             out=out,
+            run_name=run_name,
             token=token,
             node_name=node_name,
             env=os.environ,
@@ -145,7 +161,12 @@ def check(
     live = False if json_out else None  # --json: plain lines, as in a pipe
     me = config.local
     name = f"local-rank{me.local_rank}.log" if me and not me.leader else "agent.log"
-    log = config.out / config.node_name / name
+    log = config.run_dir / name
+    try:
+        make_run_folder(config.run_dir, name, f"{' '.join(command)}: run {config.run_name}",
+                        latest=me is None or me.leader)  # fmt: skip
+    except RunFolderError as exc:
+        raise abort(str(exc)) from None
     divert_stderr(log)  # before the console is made: it writes to the terminal's copy
     with Progress(stderr.real(), config.timeouts.agent_phase, live=live) as shown:
         report, path, code = run_check(config, os.environ, command,
@@ -155,6 +176,10 @@ def check(
         print_json(document)
     else:
         print_report(document, verbose)
+    if not path.is_file():  # this run's folder is new: a file there is this run's report
+        raise abort(f"the report could not be written to {path} (the report line above says why)",
+                    code=3)  # fmt: skip
+    if not json_out:
         stdout.print(f"Report: {path}")
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
     # share one --out folder keep their pages apart

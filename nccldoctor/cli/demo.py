@@ -46,6 +46,7 @@ def demo(
     no_html: NoHtml = False,
 ) -> None:
     """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
+    from nccldoctor.cluster.rundir import RunFolderError
     from nccldoctor.lab.demo import SCENARIOS, run_demo
     from nccldoctor.lab.netns import NetLabError
 
@@ -67,6 +68,8 @@ def demo(
                           use_netns=False if loopback else None, scenario=scenario)  # fmt: skip
     except NetLabError as exc:
         raise abort(f"{exc} (try --loopback)", code=3) from None
+    except RunFolderError as exc:
+        raise abort(str(exc)) from None
     if result.report is None:
         stdout.print(
             f"The check left no cluster report; node logs: {', '.join(map(str, result.node_logs))}"
@@ -74,6 +77,8 @@ def demo(
         raise typer.Exit(3)
     document = result.report.to_dict()
     print_report(document, verbose)
-    stdout.print(f"Report: {result.report_path} ({result.mode}; node logs under {out})")
+    run = result.report_path.parent.name
+    stdout.print(f"Report: {result.report_path} ({result.mode}; each node's output in "
+                 f"{out}/node*/{run}.log)")  # fmt: skip
     write_page(document, page_path(html, no_html, result.report_path.with_suffix(".html")))
     raise typer.Exit(result.exit_code)

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nccldoctor.cluster.rundir import bad_run_name, new_run_name
 from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
 
 DEFAULT_PORT = 29400
@@ -82,7 +83,8 @@ class CheckConfig:
     backend: str = "auto"
     timeouts: Timeouts = field(default_factory=Timeouts)
     mnist_root: str | None = None
-    out: Path = Path("nccldoctor-check")
+    out: Path = Path("nccldoctor-check")  # the user's folder; this run's files go in run_dir
+    run_name: str = field(default_factory=new_run_name)  # its folder under out/<node>/ (rundir.py)
     token: str | None = None  # shared secret; never written to a report
     token_from: str = ""  # "--token", the job identity's variable it was derived from, or ""
     node_name: str = ""
@@ -93,6 +95,12 @@ class CheckConfig:
     def gate_port(self) -> int:
         """nccldoctor's own listener (hello, NAT check, TCP throughput) next to the store."""
         return self.port + 1
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this process writes and the only place it reads back from: its log, its ranks'
+        folders, its reports (docs/design.md#run-folder)."""
+        return self.out / self.node_name / self.run_name
 
 
 def config_from_args(
@@ -107,6 +115,7 @@ def config_from_args(
     phase_timeouts: Sequence[str] = (),
     mnist_root: str | None = None,
     out: Path | None = None,
+    run_name: str | None = None,
     token: str | None = None,
     node_name: str | None = None,
     env: Mapping[str, str],
@@ -114,7 +123,9 @@ def config_from_args(
 ) -> CheckConfig:
     """Flags (None when not given) and the environment to a CheckConfig. ``resolve``: whether a
     host name resolves here (:func:`host_resolves`), asked of a master taken from Slurm's node
-    list only; None asks nothing.
+    list only; None asks nothing. ``run_name``: this run's folder under ``out/<node>/``
+    (None: the start time and a random suffix); a process other than local rank 0 adds its
+    local rank, since local rank 0 makes the folder of that name.
 
     Raises:
         ConfigError: no master anywhere, a bad value, launcher variables that contradict each
@@ -147,6 +158,11 @@ def config_from_args(
             "the processes per node (LOCAL_WORLD_SIZE under torchrun, the tasks per node under "
             "srun, OMPI_COMM_WORLD_LOCAL_SIZE under mpirun); run one nccldoctor per node"
         )
+    run_name = run_name or new_run_name()
+    if why := bad_run_name(run_name):
+        raise ConfigError(f"--run-name {run_name!r}: {why}")
+    if local is not None and not local.leader:  # local rank 0 makes the folder of that name
+        run_name = f"{run_name}.local{local.local_rank}"
     procs_per_node = local.local_world if local else procs_per_node
     port = port if port is not None else found.get("port", DEFAULT_PORT)
     nodes = nodes if nodes is not None else found.get("nodes")
@@ -176,6 +192,7 @@ def config_from_args(
         timeouts=timeouts,
         mnist_root=mnist_root,
         out=out or Path("nccldoctor-check"),
+        run_name=run_name,
         token=token,
         token_from=token_from,
         node_name=node_name or env.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),

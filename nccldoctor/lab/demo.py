@@ -7,10 +7,14 @@ A scenario other than "plain" runs the check as users run it in Docker (docs/doc
 published on the master's host, each started with nothing but ``--master <that host>``;
 "docker-host", the same containers on the host's network (the fix).
 The namespaces are removed on every way out. Progress goes through a callback (no rich here).
+Every node gets the same ``--out`` (as nodes sharing an NFS folder do) and the demo's own run
+name, so the run's files are ``<out>/<node>/<run>/`` and what each node printed is
+``<out>/<node>/<run>.log``: a rerun in the same folder reads nothing of the one before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccldoctor.cluster.rundir import cannot_write, new_run_name
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.lab.netns import NetLab, NetLabError, netlab_possible
 from nccldoctor.lab.start import free_port_pair, start_check
@@ -49,17 +54,22 @@ def run_demo(
     use_netns: bool | None = None,
     scenario: str = "plain",
 ) -> DemoResult:
-    """Start ``nodes`` node agents, wait for them (bounded), and read the cluster report."""
+    """Start ``nodes`` node agents, wait for them (bounded), and read the cluster report.
+
+    Raises:
+        NetLabError: the namespaces cannot be built.
+        RunFolderError: ``out`` cannot be written to.
+    """
     docker = SCENARIOS[scenario]
     use_netns = netlab_possible(bool(docker)) if use_netns is None else use_netns
     if docker and not use_netns:
         raise NetLabError(f"the {scenario} scenario needs root, ip, unshare and iptables")
-    out.mkdir(parents=True, exist_ok=True)
+    run = new_run_name()
+    logs = _node_logs(out, [f"node{i}" for i in range(nodes)], run)
     budget = (timeouts.reach + timeouts.rendezvous + timeouts.bootstrap + timeouts.workers_total()
               + timeouts.heartbeat + timeouts.exit_barrier + 60)  # fmt: skip
     lab = NetLab(nodes, docker=docker, publish=(PORT, PORT + 1)) if use_netns else None
     procs: list[subprocess.Popen] = []
-    logs: list[Path] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if lab:
@@ -75,10 +85,10 @@ def run_demo(
         for i in range(nodes):
             name = f"node{i}"
             args = ["--master", master, "--nodes", str(nodes), "--port", str(port),
-                    *([] if lab else ["--node-rank", str(i)]), *check_args]  # fmt: skip
-            logs.append(out / f"{name}.log")
-            with open(logs[-1], "wb") as log:
-                procs.append(start_check(args, out=out / name, node_name=name, env=env, lab=lab,
+                    "--run-name", run, *([] if lab else ["--node-rank", str(i)]),
+                    *check_args]  # fmt: skip
+            with open(logs[i], "ab") as log:
+                procs.append(start_check(args, out=out, node_name=name, env=env, lab=lab,
                                          host=lab.hosts[i] if lab else None, stdout=log,
                                          stderr=subprocess.STDOUT))  # fmt: skip
             progress(f"{name}: started (nccldoctor check {' '.join(args)})")
@@ -90,12 +100,33 @@ def run_demo(
             lab.close()
             progress("network namespaces removed")
         signal.signal(signal.SIGTERM, previous)
-    path = out / "node0" / "check-cluster.json"
+    path = out / "node0" / run / "check-cluster.json"
     try:
         report = load_report(path)
     except (OSError, ValueError):
         return DemoResult("netns" if lab else "loopback", None, path, logs, 3)
     return DemoResult("netns" if lab else "loopback", report, path, logs, report.exit_code)
+
+
+def _node_logs(out: Path, names: Sequence[str], run: str) -> list[Path]:
+    """Where each node's output goes, a first line written: a folder that cannot be written to
+    (a file, read-only, full) is said before any namespace is built.
+
+    Raises:
+        RunFolderError: naming the folder and why.
+    """
+    logs = [out / name / f"{run}.log" for name in names]
+    try:
+        for log in logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "x", encoding="utf-8") as f:
+                f.write(f"nccldoctor demo: {log.parent.name} of run {run}\n")
+    except OSError as exc:
+        for written in logs:  # a full disk's empty logs: nothing to take for a run's
+            with contextlib.suppress(OSError):
+                written.unlink(missing_ok=True)
+        raise cannot_write(out, log.parent, exc) from None
+    return logs
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float, progress: Callable[[str], None]) -> None:

@@ -20,6 +20,12 @@ from nccldoctor.lab.start import start_check
 REPO = Path(__file__).resolve().parents[2]
 
 
+def run_folder(out: Path, node: str) -> Path:
+    """The folder of ``node``'s newest run under ``out``, by its own name (cluster/rundir.py):
+    what the reports' paths say, where ``latest`` would be resolved by the next run."""
+    return out / node / os.readlink(out / node / "latest")
+
+
 def netns_available() -> bool:
     if not netlab_possible():
         return False
@@ -78,11 +84,16 @@ class NodeRun:
     def elapsed(self) -> float:
         return (self.ended or time.monotonic()) - self.started
 
+    @property
+    def run_dir(self) -> Path:
+        """This run's own folder (its node's newest under ``out``)."""
+        return run_folder(self.out, self.host.name)
+
     def node_report(self) -> dict:
-        return json.loads((self.out / f"check-{self.host.name}.json").read_text())
+        return json.loads((self.run_dir / f"check-{self.host.name}.json").read_text())
 
     def cluster_report(self) -> dict:
-        return json.loads((self.out / "check-cluster.json").read_text())
+        return json.loads((self.run_dir / "check-cluster.json").read_text())
 
 
 @dataclass

@@ -168,7 +168,7 @@ def test_node_killed_mid_run(lab):
 
     lab = lab(2)
     runs = start_all(lab, 2, env_for={"node1": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=1"}})
-    events = lab_out(lab, lab.hosts[1]) / "node1" / "rank1" / "events.jsonl"
+    events = lab_out(lab, lab.hosts[1]) / "node1" / "latest" / "rank1" / "events.jsonl"
     deadline = time.monotonic() + HEALTHY_DEADLINE
     while time.monotonic() < deadline:
         if events.exists() and '"phase": "ddp", "status": "start"' in events.read_text():
@@ -232,7 +232,7 @@ def test_wrong_token(lab):
     refused = [f for f in cluster["findings"] if f["id"] == "run.node-refused"]
     assert refused and refused[0]["node"] == "node1"
     for run in runs:
-        text = (run.out / f"check-{run.host.name}.json").read_text()
+        text = (run.run_dir / f"check-{run.host.name}.json").read_text()
         assert "tok-A7f3q" not in text and "tok-B9k2z" not in text
 
 

@@ -37,6 +37,20 @@ def test_standalone_flags():
     assert c.out == Path("nccldoctor-check")
 
 
+def test_each_run_has_a_folder_of_its_own_under_its_node():
+    c = make(master="198.18.0.1", node_name="b", out=Path("o"))
+    assert c.run_dir.parent == Path("o/b") and c.run_name != make(master="198.18.0.1").run_name
+    assert make(master="198.18.0.1", node_name="b", run_name="job-7").run_dir == Path(
+        "nccldoctor-check/b/job-7"
+    )
+    torchrun = {"TORCHELASTIC_RUN_ID": "t", "MASTER_ADDR": "198.18.0.1", "WORLD_SIZE": "2",
+                "RANK": "1", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "GROUP_RANK": "0"}  # fmt: skip
+    assert make(torchrun, run_name="job-7").run_name == "job-7.local1"  # local rank 0 has job-7
+    for bad in ("latest", "../up", "a/b"):
+        with pytest.raises(ConfigError, match=f"--run-name '{re.escape(bad)}': "):
+            make(master="198.18.0.1", run_name=bad)
+
+
 def test_no_master_is_a_usage_error():
     with pytest.raises(ConfigError, match="no master"):
         make()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -31,8 +32,11 @@ def test_demo_in_namespaces_prints_the_verdict_and_cleans_up(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Check of 2 ranks on node0, node1, backend gloo." in proc.stdout  # the headline
-    assert f"Report: {tmp_path}/node0/check-cluster.json (netns" in proc.stdout
-    assert proc.stdout.splitlines()[-1] == f"Page: {tmp_path}/node0/check-cluster.html"
+    run = re.search(rf"^Report: {tmp_path}/node0/([^/]+)/check-cluster.json \(netns; each "
+                    rf"node's output in {tmp_path}/node\*/\1.log\)$", proc.stdout, re.M)  # fmt: skip
+    assert run, proc.stdout[-2000:]
+    assert proc.stdout.splitlines()[-1] == f"Page: {tmp_path}/node0/{run[1]}/check-cluster.html"
+    assert os.readlink(tmp_path / "node0" / "latest") == run[1]
     tag = re.search(r"on bridge (ca[0-9a-f]{6})br", proc.stderr).group(1)
     assert "network namespaces removed" in proc.stderr
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -51,7 +55,37 @@ def test_demo_on_loopback(tmp_path):
     # A loopback master is rightly a failure for real nodes; nothing else may fail here.
     failed = {f.id for f in report.findings if f.severity.value == "fail"}
     assert failed <= {"master.loopback"} and result.exit_code == (1 if failed else 0)
-    assert (tmp_path / "node1" / "check-node1.json").is_file()
+    run = result.report_path.parent.name  # every node's folder of the run has the demo's name
+    assert result.report_path == tmp_path / "node0" / run / "check-cluster.json"
+    assert (tmp_path / "node1" / run / "check-node1.json").is_file()
     # every node's check wrote its page beside its JSON: the master the cluster's, node1 its own
-    assert "check report" in (tmp_path / "node0" / "check-cluster.html").read_text()
-    assert "check report" in (tmp_path / "node1" / "check-node1.html").read_text()
+    assert "check report" in (tmp_path / "node0" / run / "check-cluster.html").read_text()
+    assert "check report" in (tmp_path / "node1" / run / "check-node1.html").read_text()
+    assert result.node_logs == [tmp_path / f"node{i}" / f"{run}.log" for i in (0, 1)]
+
+
+@pytest.mark.netns
+def test_the_users_loop_docker_bridge_then_host_network_in_one_folder(tmp_path):
+    """As a user works (issue 26): the bridge demo, read the fix, rerun with host networking
+    in the same folder. The rerun is healthy and holds nothing of the first run (it once
+    reported the first run's hang beside its own 0 exit codes)."""
+    if not netns_available():
+        pytest.skip("needs root and ip netns")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bridge = run_demo(2, tmp_path, ARGS, timeouts_from(20), env, scenario="docker-bridge")
+    assert bridge.exit_code == 1 and bridge.report is not None
+    assert bridge.report.extra["hang"]["cause"]["category"] == "docker_network"
+    host = run_demo(2, tmp_path, ARGS, timeouts_from(20), env, scenario="docker-host")
+    assert host.exit_code == 0 and host.report is not None, host.node_logs
+    doc = host.report.to_dict()
+    assert doc["verdict"] == "healthy" and doc["hang"] is None
+    assert [(r["state"], r["error"]) for r in doc["ranks"]] == [("ok", None)] * 2
+    first, second = bridge.report_path.parent, host.report_path.parent
+    assert first.parent == second.parent and first != second
+    assert first.name not in json.dumps(doc)
+    assert not [f["id"] for f in doc["findings"] if f["severity"] in ("warn", "fail")]
+    for node in ("node0", "node1"):  # each node's rerun read only its own rank's events
+        (rank,) = (tmp_path / node / second.name).glob("rank*")
+        events = (rank / "events.jsonl").read_text()
+        assert events.count('"phase": "init", "status": "start"') == 1
+        assert os.readlink(tmp_path / node / "latest") == second.name

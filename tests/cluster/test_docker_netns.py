@@ -5,6 +5,8 @@ same containers on the host's network, the fix."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cluster.test_check_netns import FAST, PORT, WAIT
@@ -53,7 +55,7 @@ def test_docker_bridge_the_master_finds_itself_and_the_verdict_names_nat_first(l
     # from the agent's first phase to the cluster report on disk (the interpreter's own start,
     # a second or two on this shared machine, is before it)
     started = min(p["started"] for p in cluster["phases"] if p["phase"] == "preflight")
-    answered = (master.out / "check-cluster.json").stat().st_mtime - started
+    answered = (master.run_dir / "check-cluster.json").stat().st_mtime - started
     assert answered < ANSWER_WITHIN, answered
 
 
@@ -106,7 +108,8 @@ def test_containers_with_one_hostname_are_told_apart(lab):
     lab.wait(runs, 150)
     for run in runs:
         assert run.rc == 0, run.stdout[-3000:]
-    doc = runs[0].cluster_report()
+    # a run's folder is named at its start, by the hostname; the report after the world's name
+    doc = json.loads((runs[0].out / "trainer" / "latest" / "check-cluster.json").read_text())
     assert sorted(n["node"] for n in doc["nodes"]) == ["trainer#0", "trainer#1"]
     assert sorted(r["node"] for r in doc["ranks"]) == ["trainer#0", "trainer#1"]
-    assert (runs[1].out / "check-trainer#1.json").is_file()
+    assert (runs[1].out / "trainer" / "latest" / "check-trainer#1.json").is_file()

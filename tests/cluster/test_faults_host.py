@@ -136,7 +136,7 @@ def test_master_dies_after_rendezvous(lab):
         assert "nccldoctor report merge" in lost["fix"]
         assert node["hang"]["verdict"].startswith(f"the master {master} (node rank 0) was lost")
         assert [f["severity"] for f in found(node, "run.rank-failed")] == ["warn"]  # consequence
-    paths = [str(run.out / f"check-{run.host.name}.json") for run in survivors]
+    paths = [str(run.run_dir / f"check-{run.host.name}.json") for run in survivors]
     merged = subprocess.run(
         [sys.executable, "-m", "nccldoctor", "report", "merge", *paths, "--json"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -156,11 +156,12 @@ def test_master_dies_after_rendezvous(lab):
 
 
 def wait_for_phase(node_dir, phase, runs):
-    """Until a rank of the node in ``node_dir`` starts ``phase`` (every run still going)."""
+    """Until a rank of the node in ``node_dir`` starts ``phase`` in its newest run (every run
+    still going)."""
     deadline = time.monotonic() + HEALTHY_DEADLINE
     started = f'"phase": "{phase}", "status": "start"'
     while time.monotonic() < deadline and all(run.proc.poll() is None for run in runs):
-        if any(started in e.read_text() for e in node_dir.glob("rank*/events.jsonl")):
+        if any(started in e.read_text() for e in node_dir.glob("latest/rank*/events.jsonl")):
             return
         time.sleep(0.3)
     ended = [run for run in runs if run.proc.poll() is not None]

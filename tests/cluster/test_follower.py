@@ -25,7 +25,9 @@ def start_follower(tmp_path, port: int, startup_s: str = "30") -> subprocess.Pop
 
 
 def own_report(tmp_path) -> dict:
-    return json.loads((tmp_path / "out" / "check-n0-rank1.json").read_text())
+    """In the follower's own run folder: it never heard local rank 0's."""
+    (path,) = (tmp_path / "out" / "n0").glob("*.local1/check-n0-rank1.json")
+    return json.loads(path.read_text())
 
 
 def test_no_local_rank_0_by_the_startup_deadline(tmp_path):

@@ -45,7 +45,7 @@ def mpirun_check(lab, tmp_path, *extra, per_node=1):
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
-    found = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("check-*.json"))}
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*/*/check-*.json"))}
     return proc.returncode, stdout + stderr, found
 
 

@@ -93,13 +93,14 @@ def test_one_node_hangs_in_barrier(lab):
     assert all(r["state"] != "ok" for r in cluster["ranks"])  # nobody got past the barrier
     # From the hang to the cluster report: the barrier's budget, the worker's own grace, the
     # reports of 8 nodes; nothing that adds up per node.
-    events = lab_out(lab, lab.hosts[HANG_NODE]) / "node5" / f"rank{HANG_RANK}" / "events.jsonl"
+    node_dir = lab_out(lab, lab.hosts[HANG_NODE]) / "node5" / "latest"
+    events = node_dir / f"rank{HANG_RANK}" / "events.jsonl"
     hang_start = next(
         e["t"]
         for e in map(json.loads, events.read_text().splitlines())
         if e["phase"] == "barrier" and e["status"] == "start"
     )
-    written = (runs[0].out / "check-cluster.json").stat().st_mtime
+    written = (runs[0].run_dir / "check-cluster.json").stat().st_mtime
     assert written - hang_start < WAIT + 4 + 15
 
 

@@ -76,7 +76,9 @@ def firewall_ephemeral_ports(lab: SlurmLab, host: int) -> None:
 
 
 def reports(out: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("check-*.json"))}
+    """Every report under ``out`` by its name: the nodes' newest runs (``latest``), and the
+    run folders of the tasks other than local rank 0, where such a task writes its own."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*/*/check-*.json"))}
 
 
 def test_srun_one_task_per_node_healthy(slurm, tmp_path):
@@ -143,7 +145,7 @@ def kill_when_in(
     out: Path, procid: int, node: str, phase: str, timeout: float, sig: int = signal.SIGTERM
 ) -> int | None:
     """``sig`` to task ``procid`` once its rank's events say it entered ``phase``; its pid."""
-    events = out / node / f"rank{procid}" / "events.jsonl"
+    events = out / node / "latest" / f"rank{procid}" / "events.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
@@ -182,7 +184,7 @@ def test_srun_task_killed_mid_run_every_other_task_reports_it(slurm, tmp_path):
 
 def scancel_when_in(lab: SlurmLab, out: Path, node: str, rank: int, phase: str) -> float | None:
     """``scancel`` the lab's job once rank ``rank`` entered ``phase``; when (time.time())."""
-    events = out / node / f"rank{rank}" / "events.jsonl"
+    events = out / node / "latest" / f"rank{rank}" / "events.jsonl"
     deadline = time.monotonic() + HEALTHY_DEADLINE
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
@@ -209,7 +211,8 @@ def test_scancel_mid_run_every_task_writes_its_report_before_the_kill(slurm, tmp
     assert sorted(found) == ["check-cluster", "check-node0", "check-node1"], sorted(found)
     for name in ("check-node0", "check-node1"):
         assert found[name]["run"]["aborted"] == "interrupted by SIGTERM"
-        assert (out / f"{name}.json").stat().st_mtime < scancelled + 5  # before the SIGKILL
+        (path,) = out.glob(f"*/latest/{name}.json")
+        assert path.stat().st_mtime < scancelled + 5  # before the SIGKILL
     ranks = {r["rank"]: r for r in found["check-node1"]["ranks"]}
     assert "stopped by SIGTERM" in ranks[3]["error"], ranks[3]
     assert reported_by(stdout) == [0, 1, 2, 3], stdout[-3000:]
@@ -277,7 +280,7 @@ def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
     else:
         assert rc == 0, (err, log[-3000:])
         assert sorted(re.findall(r"trained on (\d)", log)) == ["0", "1"]
-    assert (tmp_path / "nccldoctor-check" / "check-cluster.json").is_file()
+    assert (tmp_path / "nccldoctor-check" / "node0" / "latest" / "check-cluster.json").is_file()
 
 
 def test_uneven_tasks_are_a_usage_error_on_every_task(slurm, tmp_path):

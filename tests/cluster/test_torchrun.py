@@ -57,7 +57,7 @@ def torchrun(lab, tmp_path, rendezvous: str, fault: str | None = None):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             outputs.append(proc.communicate()[0])
-    found = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("check-*.json"))}
+    found = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*/*/check-*.json"))}
     return [p.returncode for p in procs], outputs, found
 
 

@@ -33,7 +33,7 @@ def spec_for(out, store, local_world: int, **timeouts: float) -> launcher.Worker
         run_id=uuid.uuid4().hex[:12], backend="gloo", master="127.0.0.1", port=store.port,
         node_rank=0, rank_offset=0, local_world=local_world, world_size=local_world, interface="lo",
         timeouts=Timeouts(bandwidth_budget=1.0, collective=20, **timeouts), mnist_root=None,
-        out=out,
+        node="n0", out=out,
     )  # fmt: skip
 
 

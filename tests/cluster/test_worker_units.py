@@ -208,7 +208,7 @@ def test_a_rank_sleeps_its_idle_openmp_threads_unless_the_user_chose(tmp_path, u
     spec = launcher.WorkerSpec(
         run_id="r", backend="gloo", master="127.0.0.1", port=29400, node_rank=0, rank_offset=0,
         local_world=1, world_size=1, interface=None, timeouts=Timeouts(), mnist_root=None,
-        out=tmp_path,
+        node="n0", out=tmp_path,
     )  # fmt: skip
     base = {"PATH": "/usr/bin"} if user is None else {"PATH": "/usr/bin", "OMP_WAIT_POLICY": user}
     assert launcher.worker_env(spec, 0, 0, base)["OMP_WAIT_POLICY"] == expected

@@ -12,6 +12,7 @@ so, and exits 3.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -143,7 +144,7 @@ def _own_report(
     """What this process saw, when local rank 0 cannot speak for the node."""
     me = config.local
     assert me is not None
-    node = spec.out.name if spec else config.node_name
+    node = spec.node if spec else config.node_name
     run = NodeRun(node, port=config.port)
     done = ""
     if spec is not None:
@@ -154,5 +155,9 @@ def _own_report(
             done = f"; its own worker phases ended with exit code {result.get('exit_code')}"
     run.aborted = f"rank {me.rank} (local rank {me.local_rank} on {node}): {why}{done}"
     report = build_node_report(run, config, command, time.monotonic() - started)
-    path = write_report(report, config.out / f"check-{node}-rank{me.rank}.json")
+    path = config.run_dir / f"check-{node}-rank{me.rank}.json"
+    # A disk gone full or read-only costs the file, not the verdict: the command finds no file
+    # at the path and says so.
+    with contextlib.suppress(OSError):
+        write_report(report, path)
     return report, path, report.exit_code

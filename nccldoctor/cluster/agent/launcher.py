@@ -54,7 +54,8 @@ class WorkerSpec:
     interface: str | None
     timeouts: Timeouts
     mnist_root: str | None
-    out: Path  # this node's output folder; rank folders go under it
+    node: str  # this node's name, as local rank 0 has it
+    out: Path  # local rank 0's run folder (config.run_dir); rank folders go under it
 
     def to_dict(self) -> dict:
         """What local rank 0 hands a follower (agent/local.py); the timeouts are the follower's

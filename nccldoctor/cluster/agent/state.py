@@ -46,4 +46,5 @@ class AgentState:
 
     @property
     def node_dir(self) -> Path:
-        return self.config.out / self.run.node
+        """This run's own folder on this node: the ranks' folders go under it."""
+        return self.config.run_dir

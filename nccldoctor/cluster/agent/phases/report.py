@@ -4,6 +4,7 @@ the exit barrier and the cluster report (gather). Runs on every way out of the a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nccldoctor.cluster.agent import gather
@@ -22,8 +23,7 @@ def run(state: AgentState) -> tuple[Report, Path]:
     if store is not None and not run.is_master and gather.master_lost(run, config, store):
         store = None  # a dead master's store would only make the publish wait
     report = build_node_report(run, config, state.command, time.monotonic() - state.started)
-    path = write_report(report, config.out / f"check-{run.node}.json")
-    state.progress(f"node report: {path}")
+    path = _write(report, config.run_dir / f"check-{run.node}.json", "node", state.progress)
     interrupted = bool(run.aborted and run.aborted.startswith("interrupted"))
     if not run.is_master:
         if store is not None:
@@ -37,9 +37,21 @@ def run(state: AgentState) -> tuple[Report, Path]:
         0.0 if interrupted else config.timeouts.exit_barrier,
         state.gate, state.entries, state.command, state.progress,
     )  # fmt: skip
-    cluster_path = write_report(cluster, config.out / "check-cluster.json")
-    state.progress(f"cluster report: {cluster_path}")
+    cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
     state.verdict = cluster.exit_code
     if store is not None:
         gather.announce_verdict(store, state.keys, cluster.exit_code)
     return cluster, cluster_path
+
+
+def _write(report: Report, path: Path, what: str, progress: Callable[[str], None]) -> Path:
+    """Write ``report`` into this run's folder and say where; a disk that filled up or went
+    read-only during the run is said too, and costs the file, not the verdict: the report is
+    still shown and handed on, and the command, finding no file at the path, exits 3."""
+    try:
+        write_report(report, path)
+    except OSError as exc:
+        progress(f"{what} report: cannot write {path}: {exc.strerror or exc}")
+    else:
+        progress(f"{what} report: {path}")
+    return path

@@ -28,6 +28,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         interface=run.observed.reach.interface if run.observed.reach else None,
         timeouts=c.timeouts,
         mnist_root=c.mnist_root,
+        node=run.node,
         out=state.node_dir,
     )
     run.workers_started = True
