@@ -21,7 +21,9 @@ function over one *subject*, named by its scope:
 - ``bandwidth``: the sweep's largest busbw against what the nodes' links carry
   (:class:`checks.linkrates.LinkBudget`);
 - ``ticket``: the attachments `explain` was given, and those it could not read
-  (:class:`~nccldoctor.ticket.Ticket`).
+  (:class:`~nccldoctor.ticket.Ticket`);
+- ``preflight``: one node's findings judged alone and as one node of several, when `preflight`
+  knows no master (:class:`checks.preflight.NodeRoles`).
 
 A check returns ``None`` when all is well, or one or more :class:`Problem`. The runner turns
 each Problem into a :class:`~nccldoctor.model.Finding` carrying the check's id, area and
@@ -44,7 +46,7 @@ from typing import Any, Literal, get_args
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
 Scope = Literal["node", "cluster", "run", "ranks", "world", "logs", "job", "flightrec",
-                "nccl_tests", "ras", "bandwidth", "ticket"]  # fmt: skip
+                "nccl_tests", "ras", "bandwidth", "ticket", "preflight"]  # fmt: skip
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
@@ -167,6 +169,7 @@ _SCOPE_MODULES: frozenset[str] = frozenset(
         "ras",
         "bandwidth",
         "ticket",
+        "preflight",
     }
 )
 

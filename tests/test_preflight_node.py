@@ -129,3 +129,30 @@ def test_garbled_tree_ends_in_findings_not_a_traceback(tmp_path):
     node = doc["nodes"][0]
     assert node["software"]["nccl_libraries"][0]["version"] is None
     assert node["gpu"]["torch"]["installed"] is True and node["gpu"]["torch"]["version"] is None
+
+
+def _preflight(*args: str, env: dict[str, str]) -> dict:
+    result = runner.invoke(app, ["preflight", "--json", *args], env=env)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def test_preflight_alone_and_with_a_master_give_one_answer_about_a_node():
+    """A hostname on 127.0.1.1 breaks a multi-node job; preflight without a master says so too,
+    as what the node has as one of several, and with one it is the finding itself."""
+    tree = str(FIXTURES / "hosts-loopback")
+    alone_env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "WORLD_SIZE")}
+    alone = _preflight("--root", tree, env=alone_env)
+    (said,) = [f for f in alone["findings"] if f["id"] == "preflight.judged-alone"]
+    assert said["severity"] == "warn" and "--master" in said["fix"]
+    assert any("(host.hostname-loopback)" in line for line in said["evidence"])
+    several = _preflight("--root", tree, "--master", "198.18.0.1", env=alone_env)
+    ids = {f["id"] for f in several["findings"]}
+    assert "host.hostname-loopback" in ids and "preflight.judged-alone" not in ids
+    # the launcher's own world on this node: a single-node job, nothing more to say
+    single = _preflight(
+        "--root", tree, env={**alone_env, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    )
+    assert not {"preflight.judged-alone", "host.hostname-loopback"} & {
+        f["id"] for f in single["findings"]
+    }

@@ -173,6 +173,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over the attachments of a ticket, as they were sorted (`nccldoctor explain`)",
         "nccldoctor explain ticket.tar.gz",
     ),
+    "preflight": (
+        "in `nccldoctor preflight` when no master is known, over the node's findings as a "
+        "single node and as one node of several",
+        "nccldoctor preflight",
+    ),
 }
 
 
