@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -169,3 +170,33 @@ def test_two_checks_on_different_ports_share_one_folder_at_once(tmp_path):
         assert f"--port {port} " in " ".join(doc["command"]) + " "
         worker = json.loads((path.parent / "rank0" / "config.json").read_text())
         assert worker["run_id"] == doc["run"]["run_id"]  # its own rank, not the other run's
+
+
+def test_a_disk_that_fills_up_during_the_run_costs_the_file_not_the_verdict(tmp_path):
+    """The run's folder was writable at the start; the disk is full by its report. The verdict
+    is still printed, the line that says why above it, and the check exits 3, without a
+    traceback and without a report path that holds nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    out = tmp_path / "small"
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(out)], check=True)
+    proc = start(0, free_port_pair(), out, nodes=["--nodes", "1"])
+    try:
+        events = out / "n0" / "latest" / "rank0" / "events.jsonl"
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (events.exists() and events.stat().st_size):
+            time.sleep(0.2)
+        with contextlib.suppress(OSError), open(out / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["umount", "-l", str(out)], check=True)
+    assert proc.returncode == 3, stderr[-2000:]
+    assert "Traceback" not in stdout + stderr and "Report: " not in stdout
+    assert "cluster report: cannot write " in stderr and "No space left on device" in stderr
+    assert "nccldoctor: the report could not be written to " in stderr
+    assert "Cluster run" in stdout  # the verdict itself was shown
