@@ -1,12 +1,22 @@
 """What torch prints on its own stays off the user's terminal: its C++ warnings with their
-backtraces and Python's import warnings go to the node's log, nccldoctor's lines stay."""
+backtraces and Python's import warnings go to the node's log, nccldoctor's lines stay. And no
+control sequence from outside (a log line, a file name, a peer, a report) reaches it."""
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from rich.text import Text
+
+from nccldoctor.cli.cleanterm import CleanConsole, clean
+from nccldoctor.cli.progress import Progress
 from nccldoctor.cluster.diagnosis.verdict import rank_findings
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.forensics.stacks import without_cpp_frames
@@ -66,3 +76,94 @@ def test_cpp_frames_are_cut_and_the_message_kept():
     (finding,) = rank_findings([rank])
     assert finding.title.endswith("trying to connect to (198.18.7.1, 29400).")
     assert "frame #" not in finding.title
+
+
+# What a hostile log line, file name or peer can hold: a window title, the clipboard, a hidden
+# link, a screen clear, the 8-bit forms of CSI and OSC, DCS, a bell, a backspace, NEL, DEL.
+HOSTILE = (
+    "\x1b]0;TITLE\x07 a \x1b]52;c;Q0xJUA==\x07 b \x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\"
+    " c \x9b2J d \x9d0;T\x9c e \x1b[2J\x1b[31m f \x1bP+q\x1b\\ g \x1bc h\x08\x7f\x85 i\x1b"
+)
+# rich's own: SGR styling, and the live line's cursor hidden and shown, the line erased and the
+# cursor moved up (with colour off and no live line there is none, and any ESC is injected)
+_RICH = re.compile(r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r|\x1b\[2K|\x1b\[1A")
+
+
+def _unsafe(text: str) -> list[str]:
+    """The control characters in ``text`` other than newline, tab and rich's own sequences."""
+    return re.findall(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", _RICH.sub("", text))
+
+
+def test_clean_drops_every_sequence_and_keeps_the_text_newlines_and_tabs():
+    assert clean(HOSTILE + "\n\tnext") == " a  b link c  d  e  f  g  h i\n\tnext"
+    assert clean(clean(HOSTILE)) == clean(HOSTILE)
+    # rich drops a BEL before the segment is cleaned: the title still goes, the text after stays
+    assert clean("\x1b]0;TITLE got \x1b]0;T2") == " got "
+
+
+def test_every_segment_is_cleaned_and_rich_styling_stays():
+    out = io.StringIO()
+    console = CleanConsole(file=out, force_terminal=True, color_system="standard", width=300)
+    console.print(Text(HOSTILE, style="red"), Text(f"node{HOSTILE}"))
+    assert "\x1b[31m" in out.getvalue() and not _unsafe(out.getvalue())
+
+
+def test_progress_lines_from_peers_are_cleaned():
+    out = io.StringIO()
+    console = CleanConsole(
+        file=out,
+        force_terminal=True,
+        color_system="standard",
+        width=300,
+        markup=False,
+        highlight=False,
+    )  # fmt: skip (as cli/console.py's)
+    with Progress(console, live=True) as shown:
+        shown("rendezvous ...")
+        shown(f"node {HOSTILE} refused: bad token")
+    assert " a  b link" in out.getvalue() and not _unsafe(out.getvalue())
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> str:
+    """stdout and stderr of ``nccldoctor args``, as the bytes a terminal would get."""
+    env = {**os.environ, "COLUMNS": "300", **env}
+    env.pop("NO_COLOR", None) if "FORCE_COLOR" in env else None
+    proc = subprocess.run([sys.executable, "-m", "nccldoctor", *args], capture_output=True,
+                          cwd=cwd, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    return (proc.stdout + proc.stderr).decode("utf-8")
+
+
+@pytest.mark.parametrize("colour", [{"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}])
+def test_explain_prints_no_sequence_from_a_log_line_or_an_attachment_name(tmp_path, colour):
+    logs = tmp_path / "ticket"
+    logs.mkdir()
+    (logs / "rank0.log").write_text(
+        "host:1:1 [0] NCCL INFO NCCL version 2.26.2+cuda12.4\n"
+        f"host:1:1 [0] misc/socket.cc:1 NCCL WARN {HOSTILE} unhandled system error\n"
+    )
+    name = HOSTILE.replace("/", "")  # a file name holds anything but a slash
+    (logs / f"crash{name}.log").write_bytes(b"\0" * 64)  # named by ticket.not-read
+    out = _run(["explain", str(logs), "-v"], tmp_path, **colour)
+    assert "unhandled system error" in out and "only NUL bytes" in out
+    assert not _unsafe(out)
+    if "NO_COLOR" in colour:
+        assert "\x1b" not in out
+
+
+@pytest.mark.invalid_reports  # the crafted report breaks the schema on purpose
+def test_report_show_of_a_crafted_report_prints_no_sequence(tmp_path):
+    from tests.report.hostile import hostile
+
+    document = hostile().to_dict()
+    document["findings"][0]["title"] = HOSTILE
+    document["findings"][0]["evidence"].append(HOSTILE)
+    document["nodes"][0]["hostname"] = HOSTILE
+    document["area_status"]["network"] = HOSTILE
+    document["headline"]["answer"] = HOSTILE
+    document["load_notes"] = [HOSTILE]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(document))
+    for colour in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
+        out = _run(["report", str(path), "-v"], tmp_path, **colour)
+        assert " a  b link" in out and not _unsafe(out)

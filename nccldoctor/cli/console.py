@@ -34,7 +34,7 @@ class _LazyConsole:
         unchanged here (no markup, highlighting, emoji or wrapping), goes straight to the stream:
         a `--json` run that only says where its page went never imports rich's console (~25 ms
         of `nccldoctor explain`). Anything else goes through rich, which expands tabs, drops
-        control characters and explains an encoding error."""
+        control sequences (cleanterm) and explains an encoding error."""
         if self._console is not None or not (text.isascii() and text.isprintable()):
             self.real().print(text)
             return
@@ -50,9 +50,9 @@ class _LazyConsole:
     def real(self) -> Any:
         """The Console itself, made now (a live display needs the object, not this proxy)."""
         if self._console is None:
-            from rich.console import Console
+            from nccldoctor.cli.cleanterm import CleanConsole
 
-            self._console = console = Console(**self._options)
+            self._console = console = CleanConsole(**self._options)
             # rich's own answer to a closed pipe is to exit 1 at once; ours is to carry on
             console.on_broken_pipe = lambda: reader_gone(console.file)
         return self._console
