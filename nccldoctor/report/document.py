@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nccldoctor import __version__
 from nccldoctor.model import Finding, Severity, worst
-from nccldoctor.redact import redact_document
+from nccldoctor.redact import SEAL_KEY, redact_document, seal
 from nccldoctor.report.answer import headline, nccl_summary
 from nccldoctor.report.consistency import consistency_table
 from nccldoctor.report.links import links_section
@@ -89,6 +89,7 @@ class Report:
         # the summaries are rebuilt by to_dict from what they summarise, never carried over
         core = {
             *SUMMARY_KEYS,
+            SEAL_KEY,  # the file's, sealed anew by write_report
             "schema_version",
             "tool_version",
             "kind",
@@ -168,8 +169,8 @@ def write_report(report: Report, path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(report.to_dict(), out, indent=1, sort_keys=False)
-            out.write("\n")
+            # sealed: reading it back (load.read_document) need not redact it again
+            out.write(seal(json.dumps(report.to_dict(), indent=1, sort_keys=False)))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

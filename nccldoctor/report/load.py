@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.redact import redact_secret_names
+from nccldoctor.redact import SEAL_KEY, redact_document, sealed
 from nccldoctor.report.document import (
     NOTES_KEY,
     SCHEMA_VERSION,
@@ -32,18 +32,22 @@ class ReportError(ValueError):
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
-    """The JSON document in ``path``, checked to be a report of a schema version we read, its
-    secret-named values redacted again (``redact_secret_names``): what the views render."""
+    """The JSON document in ``path``, checked to be a report of a schema version we read and
+    redacted: what the views render. A file this version wrote and nobody changed since
+    (``sealed``) is redacted already; any other is redacted again, whole."""
     path = Path(path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        document = json.loads(data.decode("utf-8"))
     except OSError as exc:
         raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReportError(f"{path}: not a JSON report: {exc}") from exc
     if not isinstance(document, dict) or "kind" not in document:
         raise ReportError(f"{path}: not a nccldoctor report (no 'kind' key)")
-    redact_secret_names(document)  # before upgrade: rebuilt summaries quote what it leaves
+    document.pop(SEAL_KEY, None)  # the file's, not the document's: write_report seals anew
+    if not sealed(data):  # before upgrade: rebuilt summaries quote what it leaves
+        document = redact_document(document)
     return upgrade(document, source=str(path))
 
 
