@@ -40,6 +40,57 @@ def node_refused(seen: WorldSeen) -> list[Problem]:
     ]
 
 
+_OUTSIDERS_FIX = (
+    "Something besides this check's nodes talks to the master's ports (--port and the next): "
+    "give every node one secret, --token SECRET or NCCLDOCTOR_TOKEN (a launcher's job id is the "
+    "default under Slurm, torchrun and Kubernetes), and let only the cluster's nodes reach the "
+    "ports (iptables -S / ufw status)."
+)
+
+
+@check("run.hello-flood", area="cluster", category="env_config", scope="world")
+def hello_flood(seen: WorldSeen) -> Problem | None:
+    """Far more hellos reached the master's listener than the run has nodes.
+
+    The listener keeps the expected nodes' knocks (and the first refused ones) one by one and
+    counts the rest: a node retries a few times at most, so the rest came from elsewhere."""
+    flood = seen.rendezvous.flood if seen.rendezvous else None
+    if flood is None:
+        return None
+    expected = f"the {flood.expected} nodes of the run" if flood.expected else "the nodes"
+    refused = f", {flood.refused} of them without the token" if flood.refused else ""
+    more = flood.addresses - len(flood.peers)
+    sources = ", ".join(flood.peers) + (f" and {more} more addresses" if more > 0 else "")
+    return Problem(
+        Severity.FAIL,
+        f"{flood.count} more hellos reached the master's listener than {expected}{refused}",
+        [f"from {sources}"],
+        _OUTSIDERS_FIX,
+    )
+
+
+@check("run.store-rejected", area="cluster", category="env_config", scope="world")
+def store_rejected(seen: WorldSeen) -> list[Problem]:
+    """Something written to the master's store as a node's entry or result was not one.
+
+    The master checks each against the report's schema (size, nesting, types) before it uses
+    it: a bad entry is left out of the world, a bad result out of the merge (the node's own
+    result, when it came too, is merged)."""
+    if seen.rendezvous is None:
+        return []
+    problems = []
+    for bad in seen.rendezvous.rejected:
+        if bad.what == "entry":
+            title = (
+                f"a node entry written as {bad.node} was not one ({bad.why}): left out of the world"
+            )
+        else:
+            title = f"a result written as node {bad.node}'s was not one ({bad.why}): not merged"
+        problems.append(Problem(Severity.FAIL, title, [f"store key {bad.key}: {bad.why}"],
+                                _OUTSIDERS_FIX, node=bad.node))  # fmt: skip
+    return problems
+
+
 @check("run.node-never-joined", area="cluster", category="firewall_or_port", scope="world")
 def node_never_joined(seen: WorldSeen) -> list[Problem]:
     """A node reached nccldoctor's listener on the master but never joined the store.

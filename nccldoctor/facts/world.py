@@ -51,6 +51,17 @@ class HelloFlood:
 
 
 @dataclass(frozen=True)
+class Rejected:
+    """Something written to the master's store as a node's entry or result that was not one
+    (cluster/diagnosis/peer.py): left out of the world or the merge."""
+
+    what: str  # "entry" or "result"
+    node: str  # the node it was written as (a result), or the name it claims (an entry)
+    key: str  # where in the run's keys: "node/3", "result/1/2"
+    why: str
+
+
+@dataclass(frozen=True)
 class Rendezvous:
     """The master's rendezvous: the store's port (its listener is the next), who joined, who
     knocked, and why the world closed short."""
@@ -61,6 +72,7 @@ class Rendezvous:
     missing: Sequence[str] = ()
     abort: str | None = None
     flood: HelloFlood | None = None
+    rejected: Sequence[Rejected] = ()
 
 
 @dataclass(frozen=True)

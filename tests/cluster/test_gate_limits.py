@@ -144,27 +144,30 @@ def test_a_dial_to_no_port_is_refused_and_a_probe_in_budget_runs(server):
 
 
 def test_close_stops_the_throughput_sink_it_started(server):
+    before = _sinks()
     with socket.create_connection(("127.0.0.1", server.port)) as conn:
         conn.sendall(b'{"op": "tcp", "node": "b", "token": "secret", "seconds": 2}\n')
         assert json.loads(wire.read_line(conn, time.monotonic() + 15)) == {"go": True}
-        assert _probe_children(), "the sink runs"
+        started = _sinks() - before
+        assert started, "the sink runs"
         server.close()
         deadline = time.monotonic() + 3
-        while _probe_children() and time.monotonic() < deadline:
+        while started & _sinks() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _probe_children()
+        assert not started & _sinks()
 
 
-def _probe_children() -> list[int]:
-    """This process's children running the throughput probe."""
-    found = []
+def _sinks() -> set[int]:
+    """This process's children running the throughput probe's sink."""
+    found = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         for pid in (task / "children").read_text().split():
-            cmdline = (
-                Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
-            )
-            if b"tcpprobe" in cmdline:
-                found.append(int(pid))
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:  # it ended meanwhile
+                continue
+            if b"nccldoctor.cluster.agent.tcpprobe" in cmdline and b"sink" in cmdline:
+                found.add(int(pid))
     return found
 
 

@@ -4,9 +4,10 @@ exit barrier (its own deadline) for the slowest node, then merges them all."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.facts.run import MasterLost
+from nccldoctor.facts.world import Rejected
 from nccldoctor.report import Report
-from nccldoctor.report.document import with_summaries
+from nccldoctor.report.document import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_OK, with_summaries
 
 STORE_PING_S = 2.0  # a live store answers in milliseconds; a dying master never does
 
@@ -35,7 +37,8 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
     doc["cluster"] = {**doc.get("cluster", {}), "nodes": []}
     doc = with_summaries(doc)
     with contextlib.suppress(Exception):
-        store.set(keys.result(node_rank), json.dumps(doc))
+        version = int(store.add(keys.results(node_rank), 1))
+        store.set(keys.result(node_rank, version), json.dumps(doc))
 
 
 def announce_verdict(store: Any, keys: rendezvous.Keys, exit_code: int) -> None:
@@ -58,9 +61,11 @@ def await_verdict(store: Any, keys: rendezvous.Keys, timeout_s: float) -> int | 
             if time.monotonic() >= deadline:
                 return None
             rendezvous.wait_a_little(store, [keys.verdict])
-        return int(store.get(keys.verdict))
+        verdict = int(store.get(keys.verdict)[:8])
     except Exception:  # the master's store went away (DistNetworkError, RuntimeError), or junk
         return None
+    # anyone who reaches the store may have written it
+    return verdict if verdict in (EXIT_OK, EXIT_FAIL, EXIT_INCOMPLETE) else None
 
 
 def master_lost(run: NodeRun, config: CheckConfig, store: Any = None) -> bool:
@@ -111,17 +116,21 @@ def cluster_report(
     entries: Sequence[rendezvous.NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],
+    rejected_entries: Sequence[Rejected] = (),
 ) -> Report:
     """The master's cluster report: the other nodes' reports (waiting up to ``exit_barrier_s``)
-    merged with its own; the nodes that never reported are named with their last phase."""
-    others: dict[int, dict] = {}
+    merged with its own; the nodes that never reported are named with their last phase, what
+    was written to the store in a node's place (``rejected_entries`` at the rendezvous, results
+    here) by the ``world`` rules."""
+    others: dict[int, Report] = {}
     last_phase: dict[int, str] = {}
+    rejected = list(rejected_entries)
     world = run.world
     if world and store is not None and keys:
-        ranks = [n.node_rank for n in world.nodes if n.node_rank != run.node_rank]
+        ranks = {n.node_rank: n.name for n in world.nodes if n.node_rank != run.node_rank}
         progress(f"gather: waiting up to {exit_barrier_s:.0f} s for {len(ranks)} node(s)")
         deadline = time.monotonic() + exit_barrier_s
-        others, last_phase = rendezvous.gather_results(store, keys, ranks, deadline)
+        others, last_phase = rendezvous.gather_results(store, keys, ranks, deadline, rejected)
     gathered = merge.Gathered(
         master=config.master,
         world=world,
@@ -131,7 +140,35 @@ def cluster_report(
         port=config.port,
         entries=entries,
         command=command,
+        flood=gate.flood() if gate else None,
+        rejected=rejected,
     )
-    reports = [(str(own_path), own)]
-    reports += [(others[r].get("report_path"), Report.from_dict(others[r])) for r in sorted(others)]
-    return merge.merge_reports(reports, gathered)
+    names = {n.node_rank: n.name for n in world.nodes} if world else {}
+    return merge_or_leave_out((str(own_path), own), others, gathered, names)
+
+
+def merge_or_leave_out(
+    own: tuple[str, Report],
+    others: Mapping[int, Report],
+    gathered: merge.Gathered,
+    names: Mapping[int, str],
+) -> Report:
+    """The merge of the master's report with the others (node rank -> report). A report that
+    held to the schema (peer.py) and still breaks the merge is found by merging each alone with
+    the master's, and left out as a rejected result: the cluster report is written regardless."""
+    reports = [own, *((others[r].extra.get("report_path"), others[r]) for r in sorted(others))]
+    try:
+        return merge.merge_reports(reports, gathered)
+    except Exception:  # some node's report breaks it: which one, is found below
+        pass
+    kept: list[tuple[str | None, Report]] = [own]
+    for rank in sorted(others):
+        try:
+            merge.merge_reports([own, (None, others[rank])], gathered)
+        except Exception as exc:
+            why = f"the merge failed on it: {type(exc).__name__}: {str(exc)[:200]}"
+            rejection = Rejected("result", names.get(rank, str(rank)), f"result/{rank}", why)
+            gathered = dataclasses.replace(gathered, rejected=[*gathered.rejected, rejection])
+            continue
+        kept.append((others[rank].extra.get("report_path"), others[rank]))
+    return merge.merge_reports(kept, gathered)

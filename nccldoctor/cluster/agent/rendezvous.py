@@ -3,8 +3,15 @@
 Keys live under ``nccldoctor/<run_id>/`` with one writer each (STYLE rule 10): every node takes a
 slot with ``add(count)`` and writes ``node/<slot>`` (its name, addresses, process count and
 Facts); the master alone writes ``world`` (node ranks, global rank offsets, who is missing);
-each node writes its own ``phase/<node_rank>`` and ``result/<node_rank>``. Readers wait with a
+each node writes its own ``phase/<node_rank>``, and its report as a new version of its result,
+``result/<node_rank>/<n>`` with ``n`` from ``add(results/<node_rank>)``. Readers wait with a
 deadline. torch is imported only here and only when a store is made.
+
+The store answers anyone who reaches its port and knows the run id (which the gate gives only
+to holders of the token), so the master reads what nodes wrote as a stranger's input
+(docs/design.md#gate): every entry and result is checked (cluster/diagnosis/peer.py) and one
+that is not what a node writes is left out and recorded as :class:`Rejected`; a result is
+versioned so that a bad one written in a node's name cannot hide the node's own.
 """
 
 from __future__ import annotations
@@ -17,7 +24,16 @@ from datetime import timedelta
 from typing import Any
 
 # the store helpers live where watch meets too; the agent reaches them through this module
+from nccldoctor.cluster.diagnosis import peer
+from nccldoctor.facts.world import Rejected
 from nccldoctor.meet import RendezvousError, connect_store, host_store  # noqa: F401
+from nccldoctor.report import Report
+
+REJECTED_KEPT = 16  # rejections kept one by one; past them a writer only costs the reading
+# The newest slots and result versions looked at: a counter pushed far ahead by a stranger
+# costs a bounded scan, and the nodes that took numbers after it are still read.
+SCAN = 64
+WRITE_GRACE_S = 2.0  # between a node's add(count) and its set(node/<slot>): milliseconds
 
 
 @dataclass
@@ -98,8 +114,16 @@ class Keys:
     def phase(self, node_rank: int) -> str:
         return f"{self.prefix}/phase/{node_rank}"
 
-    def result(self, node_rank: int) -> str:
-        return f"{self.prefix}/result/{node_rank}"
+    def results(self, node_rank: int) -> str:
+        """The count of the versions of ``node_rank``'s result (its node takes the next)."""
+        return f"{self.prefix}/results/{node_rank}"
+
+    def result(self, node_rank: int, version: int) -> str:
+        return f"{self.prefix}/result/{node_rank}/{version}"
+
+    def short(self, key: str) -> str:
+        """``key`` without the run's prefix, as findings quote it."""
+        return key.removeprefix(self.prefix + "/")
 
     @property
     def verdict(self) -> str:
@@ -122,32 +146,77 @@ def gather_entries(
     deadline: float,
     settle_s: float,
     on_join: Callable[[int], None] = lambda nodes: None,
+    rejected: list[Rejected] | None = None,
+    own: NodeEntry | None = None,
 ) -> list[NodeEntry]:
     """The master's join window: until ``expected`` nodes, the deadline, or a quiet ``settle_s``;
-    ``on_join`` hears how many nodes are in (the master counted) each time that changes."""
-    joined, changed = 0, time.monotonic()
-    on_join(1)
+    ``on_join`` hears how many nodes are in (the master counted) each time that changes. Only
+    entries that are node entries count (peer.node_entry); the others go to ``rejected``.
+    ``own``: the master's entry (slot 0), taken as it is rather than read back."""
+    found: dict[int, NodeEntry] = {0: own} if own else {}
+    seen: set[int] = {0} if own else set()  # slots whose entry was read
+    joined, changed, late = -1, time.monotonic(), None
     while True:
-        now = int(store.add(keys.count, 0))
-        if now != joined:
-            joined, changed = now, time.monotonic()
-            on_join(joined + 1)
-        if expected is not None and joined + 1 >= expected:
+        taken = int(store.add(keys.count, 0))
+        _read_entries(store, keys, taken, seen, found, rejected)
+        unwritten = [slot for slot in _window(taken) if slot not in seen]
+        if len(found) != joined:
+            joined, changed = len(found), time.monotonic()
+            on_join(max(1, joined))
+        if expected is not None and joined >= expected:
             break
-        if expected is None and joined >= 1 and time.monotonic() - changed >= settle_s:
+        if expected is not None and joined + len(unwritten) >= expected:
+            # every node took its slot: one grace for all writes still under way, not one each
+            late = late or time.monotonic() + WRITE_GRACE_S
+            if time.monotonic() >= late:
+                break
+        if expected is None and joined >= 2 and time.monotonic() - changed >= settle_s:
             break
         if time.monotonic() >= deadline:
             break
-        wait_a_little(store, [keys.node(joined + 1)])  # the next node's entry wakes us
-    entries = []
-    late = time.monotonic() + 2  # one grace for every slot taken but not yet written, not one each
-    for slot in range(0, joined + 1):
-        try:
-            store.wait([keys.node(slot)], timedelta(seconds=max(0.01, late - time.monotonic())))
-            entries.append(NodeEntry(**json.loads(store.get(keys.node(slot)))))
-        except Exception:
-            continue  # took a slot but never wrote it: it is missing, named by count below
-    return entries
+        wait_a_little(store, [keys.node(unwritten[0] if unwritten else taken + 1)])  # it wakes us
+    late = late or time.monotonic() + WRITE_GRACE_S
+    for slot in _window(taken):
+        if slot not in seen:
+            try:
+                store.wait([keys.node(slot)], timedelta(seconds=max(0.01, late - time.monotonic())))
+            except Exception:
+                continue  # took a slot but never wrote it: it is missing, named by count
+            _read_entries(store, keys, taken, seen, found, rejected)
+    return [found[slot] for slot in sorted(found)]
+
+
+def _window(last: int) -> list[int]:
+    """The slots (or versions) of 0..``last`` looked at: 0 (the master's slot) and the newest
+    SCAN."""
+    return [0, *range(max(1, last - SCAN + 1), last + 1)]
+
+
+def _read_entries(
+    store: Any,
+    keys: Keys,
+    taken: int,
+    seen: set[int],
+    found: dict[int, NodeEntry],
+    rejected: list[Rejected] | None,
+) -> None:
+    """Reads the entries written since the last look; a bad one is rejected, once."""
+    for slot in _window(taken):
+        if slot in seen or not store.check([keys.node(slot)]):
+            continue
+        seen.add(slot)
+        raw = store.get(keys.node(slot))
+        fields, why = peer.node_entry(raw, slot)
+        if fields is not None:
+            found[slot] = NodeEntry(**fields)
+        else:
+            name = peer.claimed_name(raw) or f"slot {slot}"
+            _reject(rejected, Rejected("entry", name, keys.short(keys.node(slot)), why))
+
+
+def _reject(rejected: list[Rejected] | None, rejection: Rejected) -> None:
+    if rejected is not None and len(rejected) < REJECTED_KEPT:
+        rejected.append(rejection)
 
 
 def plan_world(run_id: str, backend: str, entries: list[NodeEntry], expected: int | None) -> World:
@@ -220,26 +289,48 @@ def set_phase(store: Any, keys: Keys, node_rank: int, phase: str) -> None:
 
 
 def gather_results(
-    store: Any, keys: Keys, node_ranks: list[int], deadline: float
-) -> tuple[dict[int, dict], dict[int, str]]:
-    """The exit barrier: each node's report, waiting until ``deadline``; (results, last phases
-    of the nodes that never reported)."""
-    results: dict[int, dict] = {}
+    store: Any,
+    keys: Keys,
+    node_ranks: dict[int, str],
+    deadline: float,
+    rejected: list[Rejected] | None = None,
+) -> tuple[dict[int, Report], dict[int, str]]:
+    """The exit barrier: each node's report (``node_ranks``: node rank -> name), the first
+    version of its result that is a report, waiting until ``deadline``; (results, last phases of
+    the nodes that never reported one). The versions that are not go to ``rejected``."""
+    results: dict[int, Report] = {}
+    read: dict[int, set[int]] = {rank: set() for rank in node_ranks}
     pending = set(node_ranks)
     while pending:
         for rank in sorted(pending):
-            if store.check([keys.result(rank)]):
-                results[rank] = json.loads(store.get(keys.result(rank)))
+            written = int(store.add(keys.results(rank), 0))
+            for version in _window(written):
+                key = keys.result(rank, version)
+                if version == 0 or version in read[rank] or not store.check([key]):
+                    continue
+                read[rank].add(version)
+                report, why = peer.node_result(store.get(key))
+                if report is None:
+                    _reject(rejected, Rejected("result", node_ranks[rank], keys.short(key), why))
+                    continue
+                results[rank] = report
                 pending.discard(rank)
+                break
         if not pending or time.monotonic() >= deadline:
             break
-        wait_a_little(store, [keys.result(rank) for rank in pending])
+        nexts = [keys.result(r, int(store.add(keys.results(r), 0)) + 1) for r in pending]
+        wait_a_little(store, nexts)  # the next version of any: a node's own is one
     last_phase = {}
     for rank in pending:
-        last_phase[rank] = (
-            store.get(keys.phase(rank)).decode() if store.check([keys.phase(rank)]) else "unknown"
-        )
+        phase = store.get(keys.phase(rank)) if store.check([keys.phase(rank)]) else b"unknown"
+        last_phase[rank] = _phase_name(phase)
     return results, last_phase
+
+
+def _phase_name(raw: bytes) -> str:
+    """A phase name as a node announced it: short printable text (anyone may write the key)."""
+    text = raw[:64].decode(errors="replace")
+    return "".join(ch for ch in text if ch.isprintable()) or "unknown"
 
 
 def wait_a_little(store: Any, keys: list[str], seconds: float = 0.2) -> None:

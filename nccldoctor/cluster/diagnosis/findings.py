@@ -13,18 +13,27 @@ from collections.abc import Sequence
 
 from nccldoctor.cluster.agent.gate import Hello
 from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, given_name
-from nccldoctor.facts.world import Clock, Knock, Member, Rendezvous
+from nccldoctor.facts.world import Clock, HelloFlood, Knock, Member, Rejected, Rendezvous
 from nccldoctor.model import Finding, Severity
 
 
-def rendezvous_seen(world: World, hellos: Sequence[Hello], port: int) -> Rendezvous:
-    """The master's rendezvous: who joined the published world, who knocked, who is missing."""
+def rendezvous_seen(
+    world: World,
+    hellos: Sequence[Hello],
+    port: int,
+    flood: HelloFlood | None = None,
+    rejected: Sequence[Rejected] = (),
+) -> Rendezvous:
+    """The master's rendezvous: who joined the published world, who knocked (and how many
+    more), who is missing, and what was written to the store in a node's place."""
     return Rendezvous(
         port=port,
         members=tuple(Member(n.name, given_name(n.name), n.address, n.seen) for n in world.nodes),
         hellos=tuple(Knock(h.node, h.seen, h.accepted, h.reason) for h in hellos),
         missing=tuple(world.missing),
         abort=world.abort,
+        flood=flood,
+        rejected=tuple(rejected),
     )
 
 

@@ -29,7 +29,7 @@ from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.ranks import outcomes
-from nccldoctor.facts.world import LostNode, MergedFrom, WorldSeen, stalls
+from nccldoctor.facts.world import HelloFlood, LostNode, MergedFrom, Rejected, WorldSeen, stalls
 from nccldoctor.model import AreaState, Finding
 from nccldoctor.report import Report
 
@@ -49,6 +49,8 @@ class Gathered:
     port: int = 0
     entries: Sequence[NodeEntry] = ()
     command: Sequence[str] = ()
+    flood: HelloFlood | None = None  # the knocks at the gate past those it kept
+    rejected: Sequence[Rejected] = ()  # what was written to the store in a node's place
 
 
 def cluster_section(
@@ -164,7 +166,11 @@ def merge_reports(
     # report whose ranks are not (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
     ended = outcomes(ranks)  # the document keeps the rows as the nodes wrote them
     world = gathered.world if gathered else None
-    joins = rendezvous_seen(world, gathered.hellos, gathered.port) if gathered and world else None
+    joins = (
+        rendezvous_seen(world, gathered.hellos, gathered.port, gathered.flood, gathered.rejected)
+        if gathered and world
+        else None
+    )
     seen = WorldSeen(
         facts=facts,
         stalls=stalls(ended) if ended is not None else (),

@@ -39,6 +39,8 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
             deadline,
             t.settle,
             on_join=lambda nodes: state.progress(rendezvous.Joined(nodes, c.nodes)),
+            rejected=state.rejected,
+            own=entry,
         )
         world = rendezvous.plan_world(run.run_id, c.backend, entries, c.nodes)
         state.store.set(state.keys.world, world.to_json())

@@ -35,7 +35,7 @@ def run(state: AgentState) -> tuple[Report, Path]:
     cluster = gather.cluster_report(
         report, path, run, config, store, state.keys,
         0.0 if interrupted else config.timeouts.exit_barrier,
-        state.gate, state.entries, state.command, state.progress,
+        state.gate, state.entries, state.command, state.progress, state.rejected,
     )  # fmt: skip
     cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
     state.verdict = cluster.exit_code
