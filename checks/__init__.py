@@ -68,6 +68,9 @@ class Problem:
 
 CheckResult = Problem | Iterable[Problem] | None
 
+# The findings of ranks that stopped: what a network cause explains (``explains=``).
+RANKS_STOPPED = ("run.rank-stuck", "run.rank-failed", "run.incomplete")
+
 
 @dataclass(frozen=True)
 class Check:
@@ -77,6 +80,10 @@ class Check:
     scope: Scope
     func: Callable[[Any], CheckResult]
     doc: str
+    # the checks whose findings follow from this one's (docs/design.md#causes): shown under it,
+    # their own fixes not offered
+    explains: tuple[str, ...] = ()
+    remedy: str = ""  # its fix in a few words, for a report's first line
 
     def run(self, subject: Any, node: str | None = None) -> list[Finding]:
         try:
@@ -107,6 +114,7 @@ class Check:
                 links=p.links,
                 node=p.node or node,
                 rank=p.rank,
+                remedy=self.remedy,
             )
             for p in problems
         ]
@@ -115,8 +123,19 @@ class Check:
 _REGISTRY: dict[str, Check] = {}
 
 
-def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callable:
-    """Register ``func`` as the check ``id``. The docstring's first line describes it."""
+def check(
+    id: str,
+    *,
+    area: str,
+    category: str,
+    scope: Scope = "node",
+    explains: Sequence[str] = (),
+    remedy: str = "",
+) -> Callable:
+    """Register ``func`` as the check ``id``. The docstring's first line describes it.
+
+    ``explains``: the checks whose findings are consequences of this one's when both fire;
+    ``remedy``: the fix in a few words ("run the containers with --network host")."""
     if area not in AREAS:
         raise ValueError(f"check {id}: unknown area {area!r}")
     if category not in CATEGORIES:
@@ -128,7 +147,9 @@ def check(id: str, *, area: str, category: str, scope: Scope = "node") -> Callab
     def decorate(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
         if scope in _SCOPE_MODULES and func.__module__ != f"{__name__}.{scope}":
             raise ValueError(f"check {id}: a {scope}-scope rule lives in {__name__}/{scope}.py")
-        register(Check(id, area, category, scope, func, summary(func.__doc__)))
+        register(
+            Check(id, area, category, scope, func, summary(func.__doc__), tuple(explains), remedy)
+        )
         return func
 
     return decorate
@@ -210,6 +231,32 @@ def run_checks(
         if only is None or c.id in only
         for finding in c.run(subject, node=node)
     ]
+
+
+def link_causes(findings: Sequence[Finding]) -> None:
+    """Mark, in place, each problem another problem's rule explains as its consequence:
+    ``explained_by`` is the root cause, the explaining chain followed to its end.
+
+    Only rules registered in this process are consulted (a document read from a file keeps the
+    links it was written with), so that no scope's rules are imported to draw them.
+    """
+    problems = [f for f in findings if f.severity in (Severity.WARN, Severity.FAIL)]
+    present = {f.id for f in problems}
+    explainer: dict[str, str] = {}
+    for cause in sorted(present):  # sorted: one answer whatever order the findings came in
+        rule = _REGISTRY.get(cause)
+        for effect in rule.explains if rule else ():
+            if effect in present and effect != cause:
+                explainer.setdefault(effect, cause)
+    for finding in problems:
+        if finding.id not in explainer:
+            continue
+        root, seen = explainer[finding.id], {finding.id}
+        while root in explainer and root not in seen:  # a cycle ends where it closes
+            seen.add(root)
+            root = explainer[root]
+        if root != finding.id:
+            finding.explained_by = root
 
 
 def run_node_checks(facts: Any, only: Sequence[str] | None = None) -> list[Finding]:

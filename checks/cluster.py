@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
 
@@ -219,7 +219,8 @@ def advertised(facts: NodeFacts) -> str | None:
 
 @check(
     "cluster.advertised-address-shared", area="cluster", category="docker_network",
-    scope="cluster",
+    scope="cluster", explains=("run.ephemeral-port-blocked", *RANKS_STOPPED),
+    remedy="give every node its own address (containers: --network host)",
 )  # fmt: skip
 def advertised_address_shared(nodes: list[NodeFacts]) -> Problem | None:
     """Several nodes advertise one address (each host's first Docker container gets the same

@@ -6,7 +6,7 @@ memlock, F21/F22 /dev/shm, F23 SYS_NICE, F24 IPC across containers, F27 file des
 
 from __future__ import annotations
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from checks.gpu import visible_gpu_count
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
@@ -42,7 +42,12 @@ def on_bridge_network(facts: NodeFacts) -> bool:
     return c.runtime in _DOCKER_LIKE and c.network_mode == "bridge" and facts.multi_node
 
 
-@check("container.bridge-network", area="container", category="docker_network")
+@check(
+    "container.bridge-network", area="container", category="docker_network",
+    explains=("master.nat-bridge", "cluster.advertised-address-shared",
+              "run.ephemeral-port-blocked", "network.ephemeral-ports", *RANKS_STOPPED),
+    remedy="run the containers with --network host",
+)  # fmt: skip
 def bridge_network(facts: NodeFacts) -> Problem | None:
     """A container on a bridge network in a multi-node job: peers cannot reach its address."""
     c = facts.container

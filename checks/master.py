@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from checks.container import on_bridge_network
 from checks.netfacts import (
     describe,
@@ -24,7 +24,10 @@ _DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridg
 _PRIVATE_172 = ipaddress.ip_network("172.16.0.0/12")  # Docker's user-defined networks
 
 
-@check("host.hostname-loopback", area="network", category="interface_selection")
+@check(
+    "host.hostname-loopback", area="network", category="interface_selection",
+    explains=RANKS_STOPPED, remedy="map the hostname to its routable address in /etc/hosts",
+)  # fmt: skip
 def hostname_loopback(facts: NodeFacts) -> Problem | None:
     """The hostname resolves only to a loopback address (the 127.0.1.1 line in /etc/hosts)."""
     net = facts.network
@@ -157,7 +160,11 @@ def master_no_route(facts: NodeFacts) -> Problem | None:
     )
 
 
-@check("master.nat-bridge", area="network", category="docker_network")
+@check(
+    "master.nat-bridge", area="network", category="docker_network",
+    explains=("cluster.advertised-address-shared", "run.ephemeral-port-blocked", *RANKS_STOPPED),
+    remedy="run the containers with --network host",
+)  # fmt: skip
 def master_nat_bridge(facts: NodeFacts) -> Problem | None:
     """This node sits behind NAT (a Docker bridge): measured when the master saw another address
     than the one this node advertises, predicted from a route through a bridge gateway (where

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from checks.netfacts import (
     describe,
     interface_named,
@@ -37,7 +37,10 @@ def _forced(facts: NodeFacts) -> IfList | None:
     return value if value is not None and not value.ignored else None
 
 
-@check("socket.ifname-missing", area="network", category="interface_selection")
+@check(
+    "socket.ifname-missing", area="network", category="interface_selection",
+    explains=RANKS_STOPPED, remedy="set NCCL_SOCKET_IFNAME to an interface this node has",
+)  # fmt: skip
 def ifname_missing(facts: NodeFacts) -> Problem | None:
     """NCCL_SOCKET_IFNAME matches no interface on this node."""
     forced = _forced(facts)
@@ -129,7 +132,10 @@ def ifname_prefix_broad(facts: NodeFacts) -> Problem | None:
     )
 
 
-@check("gloo.ifname-missing", area="network", category="interface_selection")
+@check(
+    "gloo.ifname-missing", area="network", category="interface_selection",
+    explains=RANKS_STOPPED, remedy="set GLOO_SOCKET_IFNAME to an interface this node has",
+)  # fmt: skip
 def gloo_ifname_missing(facts: NodeFacts) -> Problem | None:
     """GLOO_SOCKET_IFNAME names an interface this node does not have, or one without an address."""
     names = facts.env.gloo_socket_ifname

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from checks.netfacts import interface_named, master_interface
 from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import Severity
@@ -172,7 +172,11 @@ def crashed(seen: RunObserved) -> Problem | None:
     )
 
 
-@check("run.ephemeral-port-blocked", area="network", category="firewall_or_port", scope="run")
+@check(
+    "run.ephemeral-port-blocked", area="network", category="firewall_or_port", scope="run",
+    explains=("network.ephemeral-ports", *RANKS_STOPPED),
+    remedy="allow TCP between the nodes on every port (the firewall rule below)",
+)  # fmt: skip
 def ephemeral_port_blocked(seen: RunObserved) -> Problem | None:
     """An ephemeral port cannot be reached while the rendezvous ports can: a firewall that lets
     the store through and will hang gloo's/NCCL's connections (docs/failures.md#f02)."""

@@ -10,7 +10,7 @@ too (:func:`lost_sentence`): one wording.
 
 from __future__ import annotations
 
-from checks import Problem, check
+from checks import RANKS_STOPPED, Problem, check
 from checks.netfacts import interface_named, master_interface
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
@@ -165,7 +165,10 @@ def node_lost(seen: WorldSeen) -> list[Problem]:
     ]
 
 
-@check("run.mtu-stall", area="network", category="interface_selection", scope="world")
+@check(
+    "run.mtu-stall", area="network", category="interface_selection", scope="world",
+    explains=("cluster.mtu-differs", *RANKS_STOPPED), remedy="set one MTU on every node's link",
+)  # fmt: skip
 def mtu_stall(seen: WorldSeen) -> Problem | None:
     """The MTU differs between nodes and a collective stalled above the smaller one.
 

@@ -105,6 +105,8 @@ class Finding:
     links: list[str] = field(default_factory=list)
     node: str | None = None
     rank: int | None = None
+    remedy: str = ""  # the fix in a few words, for the report's first line (its rule's)
+    explained_by: str | None = None  # the id of the root cause this finding follows from
 
     def __post_init__(self) -> None:
         self.severity = Severity(self.severity)
@@ -116,12 +118,18 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["severity"] = self.severity.value
+        for optional in _OPTIONAL_KEYS:  # only where a rule says so: most findings have neither
+            if not data[optional]:
+                del data[optional]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_OPTIONAL_KEYS = ("remedy", "explained_by")
 
 
 def worst(findings: list[Finding]) -> Severity:

@@ -44,9 +44,16 @@ def test_healthy_answer_comes_first():
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
     assert first.startswith(
-        "Healthy: Collectives of 2 ranks on 2 nodes: NET/IB via mlx5_0:1 with GPUDirect RDMA"
+        "✓ Healthy: Collectives of 2 ranks on 2 nodes: NET/IB via mlx5_0:1 with GPUDirect RDMA"
     )
+    assert len(first) <= 162  # read in one glance: the mark, a space and 160 characters
     assert "No issues found!" in result.stdout
+
+
+def test_the_first_line_is_the_verdict_its_cause_and_no_source_path():
+    result = runner.invoke(app, ["explain", str(LOGS / "v2.30-init-hang")])
+    first = result.stdout.splitlines()[0]
+    assert first == "✗ Problems found: 2 of 4 ranks never reached Init COMPLETE (ranks 1, 3)"
 
 
 def test_hang_fails_with_the_fix():

@@ -108,6 +108,16 @@ def in_collective(frames: list[Frame]) -> bool:
     return any(f.in_collective for f in frames)
 
 
+# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] ": where in torch's
+# build tree a C++ message was raised, which says nothing to the person reading it
+_CPP_SOURCE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|cu|c|h|hpp):\d+\] ?")
+
+
+def without_source_paths(text: str) -> str:
+    """``text`` without the C++ source locations torch's messages carry."""
+    return _CPP_SOURCE.sub("", text) if ":" in text else text
+
+
 def without_cpp_frames(text: str) -> str:
     """``text`` without torch's C++ backtraces: each "Exception raised from ..." header and
     every "frame #N" line go; the messages around them stay."""

@@ -8,8 +8,10 @@ here from the summary's fields. Everything comes from the document, nothing is m
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+from nccldoctor.forensics.stacks import without_cpp_frames, without_source_paths
 from nccldoctor.report.shape import items, section, values
 from nccldoctor.units import format_bytes
 
@@ -37,6 +39,7 @@ NCCL_SUMMARY_KEYS = (
 )
 _TITLES_NAMED = 3
 _NODES_NAMED = 8  # past this, the subject sentence counts the nodes instead of naming them
+LINE_MAX = 160  # the verdict line: read in one glance, one terminal line on most screens
 
 
 def banner(document: dict[str, Any]) -> str:
@@ -50,9 +53,51 @@ def banner(document: dict[str, Any]) -> str:
 
 
 def headline(document: dict[str, Any]) -> dict[str, str]:
-    """The document's ``headline``: the banner key, its heading, and the answer paragraph."""
+    """The document's ``headline``: the banner key, its heading, the one line a person reads
+    first, and the answer paragraph."""
     key = banner(document)
-    return {"banner": key, "title": BANNERS[key], "answer": answer(document)}
+    paragraph = answer(document)
+    return {
+        "banner": key,
+        "title": BANNERS[key],
+        "line": verdict_line(document, key, paragraph),
+        "answer": paragraph,
+    }
+
+
+def verdict_line(document: dict[str, Any], key: str, paragraph: str) -> str:
+    """ "Problems found: docker container on a bridge network in a multi-node job → run the
+    containers with --network host": the verdict, the root cause and its fix, at most
+    ``LINE_MAX`` characters, no source paths. The root cause is the worst problem that no other
+    explains, the one that explains most first; without one, the answer's first sentence."""
+    findings = items(document.get("findings"))
+    explained = Counter(str(f.get("explained_by")) for f in findings if f.get("explained_by"))
+    roots = [
+        f for f in findings if f.get("severity") in ("fail", "warn") and not f.get("explained_by")
+    ]
+    heading = f"{BANNERS[key]}: "
+    if roots:
+        root = max(roots, key=lambda f: (f.get("severity") == "fail", explained[f.get("id")]))
+        remedy = _text(root.get("remedy"))
+        return heading + _fit(_plain(_text(root.get("title"))), LINE_MAX - len(heading),
+                              f" → {remedy}" if remedy else "")  # fmt: skip
+    if key == "incomplete":
+        aborted = _text(section(document, "run").get("aborted"))
+        text = f"the run could not complete: {aborted}" if aborted else "the run did not complete"
+        return heading + _fit(_plain(text), LINE_MAX - len(heading))
+    first = _plain(paragraph).split(". ")[0].rstrip(".")
+    return heading + _fit(first or "no problems found", LINE_MAX - len(heading))
+
+
+def _plain(text: str) -> str:
+    """One line, without torch's C++ source paths (``[/__w/pytorch/…/pair.cc:152]``)."""
+    return " ".join(without_source_paths(without_cpp_frames(text)).split())
+
+
+def _fit(text: str, width: int, tail: str = "") -> str:
+    """``text`` + ``tail`` in ``width`` characters, ``text`` cut (…) where it must be."""
+    room = max(width - len(tail), 16)
+    return (text if len(text) <= room else text[: room - 1].rstrip() + "…") + tail
 
 
 def nccl_summary(document: dict[str, Any]) -> dict[str, Any]:
@@ -180,15 +225,22 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
     """ "2 problems: A; B." Titles already ``said`` in the paragraph are counted, not repeated."""
     findings = items(document.get("findings"))
     for severity, noun in (("fail", "problem"), ("warn", "warning")):
-        found = [str(f.get("title", "")) for f in findings if f.get("severity") == severity]
+        of_severity = [f for f in findings if f.get("severity") == severity]
+        # one title per cause: a rule that fired on several nodes, or what a cause explains,
+        # is not another problem to read about
+        found = list(dict.fromkeys(_plain(str(f.get("title", ""))) for f in of_severity
+                                   if not f.get("explained_by")))  # fmt: skip
+        following = sum(1 for f in of_severity if f.get("explained_by"))
+        also = f" ({following} more follow from it)" if following and len(found) == 1 else (
+            f" ({following} more follow from them)" if following else "")  # fmt: skip
         if found and all(t.rstrip(".") in said for t in found):
-            return f"{_count(len(found), noun).capitalize()}."
+            return f"{_count(len(found), noun).capitalize()}{also}."
         titles = [t for t in found if t.rstrip(".") not in said] if said else found
         if titles:
             named = "; ".join(str(t).rstrip(".") for t in titles[:_TITLES_NAMED])
             more = len(titles) - _TITLES_NAMED
             tail = f"; and {more} more" if more > 0 else ""
-            return f"{_count(len(found), noun).capitalize()}: {named}{tail}."
+            return f"{_count(len(found), noun).capitalize()}: {named}{tail}{also}."
     if not document.get("completed", True):
         aborted = _text(section(document, "run").get("aborted"))
         return (

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checks import link_causes
 from nccldoctor import __version__
 from nccldoctor.model import Finding, Severity, worst
 from nccldoctor.redact import SEAL_KEY, redact_document, seal
@@ -67,6 +68,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document with secrets redacted: what every view renders."""
+        link_causes(self.findings)  # a cause's consequences name it (checks' explains=)
         document = {
             "schema_version": self.schema_version,
             "tool_version": self.tool_version,

@@ -196,6 +196,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
     return {
         "banner_key": str(top.get("banner") or ""),
         "banner_title": str(top.get("title") or ""),
+        "verdict_line": str(top.get("line") or ""),
         "answer": str(top.get("answer") or ""),
         "notes": [str(n) for n in values(document.get("load_notes"))],
         "areas": sections.area_lines(document),

@@ -98,6 +98,7 @@ def _finding(group: FindingGroup) -> dict[str, Any]:
         "node": ", ".join(group.nodes) if group.nodes else finding.get("node"),
         "several": group.several,
         "rank": finding.get("rank"),
+        "explained_by": str(finding.get("explained_by") or ""),
     }
 
 

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.text import Text
 
 from nccldoctor import guide
-from nccldoctor.forensics.stacks import without_cpp_frames
+from nccldoctor.forensics.stacks import without_cpp_frames, without_source_paths
 from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
@@ -25,6 +25,7 @@ _STYLES = {
     Severity.FAIL: "red",
 }
 _PROBLEMS = (Severity.WARN, Severity.FAIL)
+_BANNER_SEVERITY = {"healthy": Severity.OK, "warnings": Severity.WARN}  # the rest: a failure
 
 
 def render_terminal(
@@ -38,8 +39,16 @@ def render_terminal(
     several_nodes = len(items(document.get("nodes"))) > 1
     lines: list[Text] = []
     top = section(document, "headline")
-    if top.get("answer"):
+    if top.get("line"):  # the verdict, the root cause and its fix; the paragraph under it
+        severity = _BANNER_SEVERITY.get(str(top.get("banner")), Severity.FAIL)
+        lines.append(Text(f"{marks[severity]} {top['line']}", style=_STYLES[severity] + " bold"))
+        lines += [Text(_plain(str(top.get("answer") or "")), style="dim"), Text()]
+    elif top.get("answer"):  # a document written before the line existed
         lines += [Text(f"{top.get('title', '')}: {top['answer']}"), Text()]
+    consequences: dict[str, list[FindingGroup]] = {}
+    for _, group in findings:
+        if cause := group.finding.get("explained_by"):
+            consequences.setdefault(str(cause), []).append(group)
     notes = [str(n) for n in values(document.get("load_notes"))]
     lines += [Text(f"Note: {note}", style="yellow") for note in notes] + ([Text()] if notes else [])
     area_levels: list[Severity] = []
@@ -63,7 +72,8 @@ def render_terminal(
         lines.append(head)
         shown = [(s, f) for s, f in found if verbose or s in _PROBLEMS]
         for severity, finding in sorted(shown, key=lambda sf: -sf[0].rank):
-            lines.extend(_finding_lines(severity, finding, marks, verbose, several_nodes))
+            explains = consequences.get(str(finding.finding.get("id")), [])
+            lines.extend(_finding_lines(severity, finding, marks, verbose, several_nodes, explains))
     lines.append(Text())
     lines.append(_summary(document, area_levels, marks))
     return Group(*lines)
@@ -86,18 +96,30 @@ def _finding_lines(
     marks: dict[Severity, str],
     verbose: bool,
     several_nodes: bool,
+    explains: list[FindingGroup],
 ) -> list[Text]:
     finding = group.finding
-    named = group.several or (group.nodes and (verbose or several_nodes))
-    where = f" [{', '.join(group.nodes)}]" if named else ""
     out = [
-        Text(f"    {marks[severity]} {finding.get('title', '')}{where}", style=_STYLES[severity])
+        Text(
+            f"    {marks[severity]} {_plain(str(finding.get('title', '')))}"
+            f"{_where(group, verbose or several_nodes)}",
+            style=_STYLES[severity],
+        )
     ]
+    if cause := finding.get("explained_by"):  # its cause says why and what to do
+        out.append(Text(f"        follows from {cause}: its fix covers this", style="dim"))
+        return out
     shown = None if verbose else 3
     out.extend(Text(f"        {line}", style="dim") for line in _readable(group.evidence)[:shown])
     for node, own in group.per_node:
         out.append(Text(f"        on {node}:", style="dim"))
         out.extend(Text(f"          {line}", style="dim") for line in _readable(own)[:shown])
+    if explains:
+        out.append(Text("      Explains:", style="bold"))
+        out.extend(
+            Text(f"        {_plain(str(g.finding.get('title', '')))}{_where(g, True)}", style="dim")
+            for g in explains
+        )
     if fix := finding.get("fix"):
         out.append(Text("      Fix:", style="bold"))
         out.extend(Text(f"        {line}") for line in str(fix).splitlines())
@@ -108,9 +130,18 @@ def _finding_lines(
     return out
 
 
+def _where(group: FindingGroup, name_one: bool) -> str:
+    return f" [{', '.join(group.nodes)}]" if group.several or (group.nodes and name_one) else ""
+
+
+def _plain(text: str) -> str:
+    """A title or paragraph without the C++ source paths torch's messages carry."""
+    return without_source_paths(without_cpp_frames(text))
+
+
 def _readable(evidence: list[str]) -> list[str]:
     """torch's C++ frames stay in the document (and the HTML); a terminal gets its messages."""
-    return [line for text in evidence if (line := without_cpp_frames(text))]
+    return [line for text in evidence if (line := _plain(text))]
 
 
 def _summary(document: dict[str, Any], area_levels: list[Severity], marks: dict) -> Text:
