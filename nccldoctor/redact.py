@@ -58,11 +58,14 @@ _BEARER = re.compile(rf"(?P<name>\bbearer[ \t]+){_NOT_DONE}[A-Za-z0-9._~+/-]+=*"
 # A list item that is a whole flag without its value (argv: "--hf-token", "xyz").
 _FLAG_ITEM = re.compile(rf"--?{_NAME_CHAR}+")
 
-# Which rules redacted a sealed file: any change to the patterns or words changes it.
+# Which rules redacted a sealed file: a change to the patterns or the words changes it by
+# itself; one in the code (what a mapping or a list loses) must raise the version.
+_CODE_VERSION = 2
 RULES = "{:08x}".format(
     zlib.crc32(
         "\n".join(
-            p.pattern for p in (_URL_CREDENTIALS, _SECRET_ASSIGNMENT, _SECRET_FLAG, _BEARER)
+            [str(_CODE_VERSION)]
+            + [p.pattern for p in (_URL_CREDENTIALS, _SECRET_ASSIGNMENT, _SECRET_FLAG, _BEARER)]
         ).encode()
     )
 )
