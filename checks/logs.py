@@ -126,11 +126,20 @@ def no_nccl_output(reading: LogReading) -> Problem | None:
     logs = reading.logs
     if logs.nccl_lines or logs.bare_versions:
         return None
+    counted = [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"]
+    gloo = sorted(sig for sig in logs.signatures if "gloo" in sig)
+    if gloo:  # a gloo job: NCCL has nothing to log, and its advice would be wrong
+        return Problem(
+            Severity.INFO,
+            f"no NCCL output in {logs.lines} lines: this job ran its collectives on gloo",
+            [*counted, f"gloo's own lines: {', '.join(gloo)}"],
+            "The gloo findings above are the evidence; NCCL_DEBUG changes nothing for gloo.",
+        )
     return Problem(
         Severity.WARN,
         f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
-        [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"],
-        "NCCL logs only when asked to. Rerun with:\n"
+        counted,
+        "If this job used NCCL (backend nccl), NCCL logs only when asked to. Rerun with:\n"
         f"export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}\n"
         "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
     )

@@ -167,3 +167,21 @@ def test_a_reader_that_leaves_early_costs_the_output_not_the_verdict(tmp_path, a
     # with --json the page's path is on stderr, else on the stdout that went
     assert run.stderr.splitlines() == (["Page: report.html"] if "--json" in args else [])
     assert "nccldoctor explain report" in (tmp_path / "report.html").read_text()
+
+
+def test_a_gloo_jobs_log_gets_no_nccl_advice(tmp_path):
+    """A job that ran on gloo has no NCCL lines to ask for: neither the answer nor a fix says
+    to set NCCL_DEBUG, and gloo's own line is the finding."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[W1204 10:00:00.1 ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname to a "
+        "(local) address. Using the loopback address as fallback. Manually set the network "
+        "interface to bind to with GLOO_SOCKET_IFNAME. (function operator())\nepoch 1 loss 0.5\n"
+    )
+    document = json.loads(runner.invoke(app, ["explain", "--json", str(log)]).stdout)
+    assert document["headline"]["answer"].startswith("No NCCL output in these logs.")
+    assert "no communicator" not in document["headline"]["answer"]
+    ids = {f["id"]: f for f in document["findings"]}
+    assert "torch.gloo-hostname-loopback" in ids
+    assert ids["logs.no-nccl-output"]["severity"] == "info"
+    assert not any("NCCL_DEBUG=INFO" in f.get("fix", "") for f in document["findings"])

@@ -254,6 +254,8 @@ def answer(extra: dict[str, Any]) -> str:
     if nranks is None:
         version = extra.get("nccl_version")
         boot = extra.get("bootstrap")
+        if not version and not boot:  # not an NCCL log (a gloo job's, an application's)
+            return "No NCCL output in these logs"
         text = f"NCCL {version}" if version else "NCCL"
         text += f" bootstrap on {boot}" if boot else ""
         return text + ", but no communicator was initialised in these logs"
