@@ -76,8 +76,9 @@ _SEAL = re.compile(rb',\n "' + SEAL_KEY.encode() + rb'": "([0-9a-f]{8}):([0-9a-f
 
 @lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    # cached: a document repeats the same few hundred key names thousands of times
-    return _has_word(name, _LOWER_WORDS)
+    # cached: a document repeats the same few hundred key names thousands of times; str() on
+    # a miss only, for the int keys of a mapping built in Python
+    return _has_word(str(name), _LOWER_WORDS)
 
 
 def _has_word(text: str, words: tuple[str, ...]) -> bool:
@@ -114,7 +115,7 @@ def redact_env(mapping: Mapping[str, Any]) -> dict[str, Any]:
     ``<redacted>`` (a list, a number, a mapping as much as a string; None stays: it holds
     nothing); every other value is redacted as :func:`redact_value` does."""
     return {
-        name: REDACTED if value is not None and is_secret_name(str(name)) else redact_value(value)
+        name: REDACTED if value is not None and is_secret_name(name) else redact_value(value)
         for name, value in mapping.items()
     }
 
