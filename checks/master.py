@@ -80,7 +80,7 @@ def master_unresolvable(facts: NodeFacts) -> Problem | None:
         f"the master {net.master} does not resolve on this node",
         evidence=[f"getaddrinfo({net.master}): {net.master_resolve_error}"],
         fix=(
-            "Use the master's numeric IP on every node (--master 10.10.10.2, or\n"
+            "Use the master's numeric IP on every node (--master <the master's IP>, or\n"
             "export MASTER_ADDR=<numeric IP of the master's fast interface>), or fix /etc/hosts\n"
             "or DNS so that every node resolves the same address."
         ),

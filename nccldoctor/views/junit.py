@@ -61,7 +61,7 @@ def _finding_case(group: FindingGroup) -> ET.Element:
     per_node = [line for node, own in group.per_node for line in (f"on {node}:", *map(_text, own))]
     body = "\n".join(
         [title, *map(_text, group.evidence), *per_node]
-        + ([f"Fix:\n{_text(finding['fix'])}"] if finding.get("fix") else [])
+        + ([f"Fix:\n{_text(group.fix)}"] if group.fix else [])
     )
     severity = finding.get("severity")
     if severity == "fail":

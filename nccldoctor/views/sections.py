@@ -93,7 +93,7 @@ def _finding(group: FindingGroup) -> dict[str, Any]:
         "title": str(finding.get("title", "")),
         "evidence": group.evidence,
         "per_node": group.per_node,
-        "fix": str(finding.get("fix") or ""),
+        "fix": group.fix,
         "links": [(str(u), str(u).startswith(("https://", "http://"))) for u in links],
         "node": ", ".join(group.nodes) if group.nodes else finding.get("node"),
         "several": group.several,

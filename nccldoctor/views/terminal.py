@@ -120,7 +120,7 @@ def _finding_lines(
             Text(f"        {_plain(str(g.finding.get('title', '')))}{_where(g, True)}", style="dim")
             for g in explains
         )
-    if fix := finding.get("fix"):
+    if fix := group.fix:
         out.append(Text("      Fix:", style="bold"))
         out.extend(Text(f"        {line}") for line in str(fix).splitlines())
     if guide.page_path(str(finding.get("id", ""))):

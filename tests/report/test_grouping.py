@@ -94,3 +94,34 @@ def test_junit_has_one_case_naming_the_nodes() -> None:
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     failure = suite.find("testcase/failure")
     assert "on node-3:\nsoft limit 8 MiB" in failure.text
+
+
+def test_a_fix_naming_each_nodes_own_address_keeps_one_finding_in_every_view() -> None:
+    """host.hostname-loopback's fix names the node's own address: one finding, each node's
+    fix under its name, in the terminal, the page and JUnit."""
+
+    def hosts(node: str, address: str) -> Finding:
+        return Finding(
+            id="host.hostname-loopback",
+            category="interface_selection",
+            severity=Severity.FAIL,
+            area="network",
+            title="hostname resolves to 127.0.1.1: gloo will advertise loopback",
+            evidence=["/etc/hosts: 127.0.1.1 host"],
+            fix=f"{address} {node}",
+            node=node,
+        )
+
+    document = Report(
+        kind="check", findings=[hosts("node-a", "198.18.0.2"), hosts("node-b", "198.18.0.3")]
+    ).to_dict()
+    (group,) = group_findings(document)
+    assert group.fix == "# on node-a:\n198.18.0.2 node-a\n# on node-b:\n198.18.0.3 node-b"
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_terminal(document))
+    text = console.export_text()
+    assert text.count("    ✗ hostname resolves to 127.0.1.1") == 1 and "# on node-b:" in text
+    page = render_document_html(document)
+    assert page.count("</span>hostname resolves to 127.0.1.1") == 1 and "198.18.0.3 node-b" in page
+    (case,) = ET.fromstring(render_document_junit(document)).find("testsuite").iter("testcase")
+    assert "# on node-a:\n198.18.0.2 node-a" in case.find("failure").text
