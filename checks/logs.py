@@ -120,6 +120,22 @@ def lines_cut(reading: LogReading) -> Problem | None:
     )
 
 
+@check("logs.truncated", area="logs", category="other", scope="logs")
+def truncated(reading: LogReading) -> Problem | None:
+    """Lines past one of the reader's bounds (nccldoctor/limits.py) were left out: a number
+    Python will not read, more processes than any node runs."""
+    left = reading.logs.left_out
+    if not left:
+        return None
+    return Problem(
+        Severity.WARN,
+        f"{sum(left.values())} line(s) left out of the reading",
+        [f"{n} {why}" for why, n in left.items()],
+        "No NCCL line holds such a number, and no log that many processes: the file is\n"
+        "damaged or not a log. Attach the ranks' own NCCL_DEBUG_FILE logs.",
+    )
+
+
 @check("logs.no-nccl-output", area="logs", category="env_config", scope="logs")
 def no_nccl_output(reading: LogReading) -> Problem | None:
     """The inputs hold no NCCL debug output at all."""

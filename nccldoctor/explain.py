@@ -13,12 +13,14 @@ the dumps they collect through ``explain_dumps`` too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from checks import run_checks
 from checks.signatures import identify
+from nccldoctor.limits import MAX_DIGITS
 from nccldoctor.model import Finding
 from nccldoctor.ncclog import LogSet, Source, explain_logs, parse_sources
 from nccldoctor.ncclog.summary import read_logs
@@ -64,11 +66,28 @@ def explain(
     return explain_logs(logs), judge_logs(logs)
 
 
+# A number Python will not read (ValueError) is in no line of a tool's own
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
+
+
 def _text(attachment: Attachment) -> tuple[str, bool]:
     try:
         return read_text(attachment.path, MAX_TEXT_BYTES)
     except OSError as exc:
         return f"# unreadable: {exc}", False
+
+
+def _lines(text: str) -> tuple[list[str], str | None]:
+    """The lines of a text output, without those holding a number of more than MAX_DIGITS
+    digits, and what was left out (None: nothing)."""
+    lines = text.splitlines()
+    if not _LONG_NUMBER.search(text):
+        return lines, None
+    kept = [line for line in lines if not _LONG_NUMBER.search(line)]
+    return (
+        kept,
+        f"{len(lines) - len(kept)} line(s) with a number of more than {MAX_DIGITS} digits left out",
+    )
 
 
 def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, Any], list[Finding]]:
@@ -77,12 +96,16 @@ def _nccl_tests(files: list[Attachment], context: Context) -> tuple[dict[str, An
     runs: list[ncctests.PerfRun] = []
     for f in files:
         text, cut = _text(f)
+        left_out = None
         if text.lstrip().startswith("{"):
             read = [ncctests.parse_json(text, f.name)]
         else:
-            read = ncctests.parse_text(text.splitlines(), f.name)
+            lines, left_out = _lines(text)
+            read = ncctests.parse_text(lines, f.name)
+            if left_out and not read:  # every line of it had such a number
+                read = [ncctests.PerfRun(f.name)]
         for run in read:
-            run.error = run.error or (_CUT if cut else None)
+            run.error = run.error or (_CUT if cut else None) or left_out
         runs.extend(read)
     reading = ncctests.PerfReading(runs, context.get("network"), context.get("links", {}))
     section = {"runs": [r.to_dict() for r in runs], "link_GBps": reading.link_GBps}
@@ -95,11 +118,13 @@ def _ras(files: list[Attachment], context: Context) -> tuple[dict[str, Any], lis
     reports = []
     for f in files:
         text, cut = _text(f)
+        left_out = None
         if text.lstrip().startswith("{"):
             report = ras.parse_json(text, f.name)
         else:
-            report = ras.parse_text(text.splitlines(), f.name)
-        report.error = report.error or (_CUT if cut else None)
+            lines, left_out = _lines(text)
+            report = ras.parse_text(lines, f.name)
+        report.error = report.error or (_CUT if cut else None) or left_out
         reports.append(report)
     reading = ras.RasReading(reports, *context.get("log_ranks", ({}, {})))
     return {"outputs": [r.to_dict() for r in reports]}, run_checks("ras", reading)
@@ -125,7 +150,7 @@ ANALYSES: dict[str, Analysis] = {
 }
 
 
-def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
+def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[tuple[str, str]]]:
     """Each node's NIC capacity (GB/s) from the node reports in the ticket, and the reports that
     could not be read."""
     if not files:
@@ -133,12 +158,12 @@ def _node_links(files: list[Attachment]) -> tuple[dict[str, float], list[str]]:
     from nccldoctor import ncctests  # on demand: see the note on ANALYSES
 
     links: dict[str, float] = {}
-    unread: list[str] = []
+    unread: list[tuple[str, str]] = []
     for f in files:
         try:
             report = load_document_report(f.path)
         except ReportError as exc:
-            unread.append(f"{f.name}: {exc}")
+            unread.append((f.name, str(exc).removeprefix(f"{f.path}: ")))
             continue
         for node in report.nodes:
             rates = [p.rate for h in node.rdma.hcas for p in h.ports if p.state == "ACTIVE"]
@@ -213,6 +238,7 @@ def explain_ticket(
         section, found = analyse(files, context)
         extra[kind] = {"files": [f.name for f in files], **section}
         findings.extend(found)
-    extra["attachments"] = {**ticket.summary(), "unread_reports": unread}
+    extra["attachments"] = {**ticket.summary(), "unread_reports": [f"{n}: {w}" for n, w in unread]}
+    ticket.skipped.extend(unread)  # the ticket.not-read finding names them with the rest
     findings.extend(run_checks("ticket", ticket))
     return extra, findings

@@ -6,8 +6,44 @@ typed look-ups its readers share (``ncctests.py`` for nccl-tests ``-J``, ``ras.p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
+
+from nccldoctor.limits import MAX_DIGITS, MAX_JSON_DEPTH
+
+# A JSON string (its brackets are no nesting), and what is left of a document without them
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests more than ``limit`` deep, told in C before it is parsed
+    (the parser and every walk over what it builds recurse): its brackets alone, with each pass
+    taking away the innermost pairs, are gone within ``limit`` passes. Cut or bad JSON is no
+    deeper than it looks; ``json.loads`` then says what is wrong with it."""
+    brackets = _NOT_A_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(limit):
+        inner = brackets.replace("[]", "").replace("{}", "")
+        if len(inner) == len(brackets):
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def parse(text: str) -> Any:
+    """``text`` parsed as JSON within the readers' bounds; raises ValueError saying why not
+    (``json.JSONDecodeError`` for bad JSON)."""
+    if too_deep(text):
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep")
+    try:
+        return json.loads(text)
+    except RecursionError:  # brackets the depth test did not see as a pair
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep") from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        raise ValueError(f"a number of more than {MAX_DIGITS} digits") from None
 
 
 def load(
@@ -16,11 +52,11 @@ def load(
     """``text`` as the document ``is_document`` recognises, or None and why: not whole JSON
     (``cut_hint`` says what that usually means), or JSON of another tool."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = parse(text)
+    except json.JSONDecodeError as exc:
         return None, f"not a whole JSON document ({exc}){cut_hint}"
-    except RecursionError:
-        return None, "not a JSON document it can read (nested too deep)"
+    except ValueError as exc:
+        return None, f"not read: a JSON document {exc}"
     if not is_document(data):
         return None, f"JSON, but not {what}"
     return data, None

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nccldoctor import jsondoc
+from nccldoctor.limits import MAX_TEST_ROWS
 
 # MPI launchers prefix each line with the rank and stream (``[1,0]<stdout>:``)
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std\w+>:")
@@ -283,6 +284,9 @@ def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
         tokens = stripped.split()
         # a row starts with its size; NCCL's own lines (host:pid:tid ...) may start with a digit
         if table is not None and run is not None and tokens[0].isdigit():
+            if len(run.rows) >= MAX_TEST_ROWS:  # each is a row of every view
+                run.error = f"more than {MAX_TEST_ROWS} rows: the rest not read"
+                continue
             row = table.row(tokens)
             if row is None:
                 run.cut_rows += 1

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from checks import run_checks
-from nccldoctor.forensics.flightrec import Analysis, analyse, load_dump, looks_like_dump, rank_of
+from nccldoctor.forensics.flightrec import Analysis, analyse, looks_like_dump, rank_of
+from nccldoctor.forensics.frload import load_dump
 from tests.ports import free_port
 
 RANK_SCRIPT = Path(__file__).parent / "flightrec_rank.py"

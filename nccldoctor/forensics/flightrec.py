@@ -1,9 +1,9 @@
 """PyTorch Flight Recorder dumps: read them safely and match them across ranks as torchfrtrace does.
 
 A dump (``_dump_fr_trace()``, the ``TORCH_FR_DUMP_TEMP_FILE`` files, or the JSON form of
-``_dump_fr_trace_json()``) is untrusted input from a ticket: pickles are read by an unpickler
-that builds only builtin containers and scalars, and refuses any global (what a ``__reduce__``
-that runs code needs). Dumps are gated on their keys, never on their version string.
+``_dump_fr_trace_json()``) is untrusted input from a ticket: ``frload.py`` reads it without
+running code and within bounds, or says why not. Dumps are gated on their keys, never on their
+version string.
 
 The analysis mirrors torchfrtrace (``torch/distributed/flight_recorder/components/builder.py``
 and ``utils.py``): entries are grouped by process group (its name plus its rank set), buffers
@@ -17,9 +17,6 @@ showed each as a bit mask), never every rank's entries at once.
 from __future__ import annotations
 
 import ast
-import io
-import json
-import pickle
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -28,7 +25,9 @@ from typing import Any
 
 # the ticket's sniff, re-exported: the reader and the ticket recognise a dump by one test
 from nccldoctor.forensics.dumphead import looks_like_dump as looks_like_dump
+from nccldoctor.forensics.frload import load_dump, read_dump
 from nccldoctor.forensics.stacks import Frame, user_frame
+from nccldoctor.limits import MAX_DUMP_SIGNATURE_BYTES, MAX_SIGNATURE_BYTES
 
 # torchfrtrace's file name rule (loader.py): the rank is the number the name ends with.
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
@@ -39,49 +38,8 @@ _OUTPUT_SIZES_VARY = ("all_to_all", "gather")
 MISMATCH_CAP = 10
 # Frames of the culprit's last op shown as its Python stack.
 STACK_FRAMES = 8
-# At most this much of one file is read: a dump of 2000 entries with frames is a few MB.
-MAX_DUMP_BYTES = 512 * 1024 * 1024
 # Ranks are bits of a mask: a file name claiming rank 10**9 must not cost 125 MB.
 MAX_RANK = 1 << 20
-
-
-class DumpRefused(Exception):
-    """The dump asked for a Python global: building it would run code."""
-
-
-class _SafeUnpickler(pickle.Unpickler):
-    """Flight Recorder dumps hold only builtin containers and scalars; refuse anything else."""
-
-    def find_class(self, module: str, name: str):
-        raise DumpRefused(f"{module}.{name}")
-
-
-@dataclass
-class Loaded:
-    """One file as read: the dump's document, or why not (``refused``: it would run code)."""
-
-    document: dict[str, Any] | None
-    error: str | None = None
-    refused: bool = False
-
-
-def load_dump(data: bytes) -> Loaded:
-    """A dump's document from its bytes; never raises, never builds anything but plain data."""
-    try:
-        if data.lstrip().startswith(b"{"):
-            document = json.loads(data)
-        else:
-            document = _SafeUnpickler(io.BytesIO(data)).load()
-    except DumpRefused as exc:
-        return Loaded(None, f"refused: the pickle asks for {exc} (loading it would run code)", True)
-    except RecursionError:
-        return Loaded(None, "unreadable: nested too deeply")
-    except Exception as exc:  # truncated or corrupt: pickle and json raise many kinds
-        why = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
-        return Loaded(None, f"unreadable ({why}): {type(exc).__name__}: {exc}")
-    if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
-        return Loaded(None, "not a Flight Recorder dump: it has no list of entries")
-    return Loaded(document)
 
 
 def load_flight_recorder(data: bytes) -> tuple[list[dict] | None, str | None]:
@@ -254,8 +212,7 @@ class Analysis:
 
     def add_file(self, path: Path, rank: int | None = None) -> DumpRead:
         try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_DUMP_BYTES)
+            data = read_dump(path)
         except OSError as exc:
             read = DumpRead(str(path), rank, error=f"unreadable: {exc.strerror or exc}")
             self.dumps.append(read)
@@ -279,8 +236,14 @@ class Analysis:
             read.error = f"ignored: a second dump of rank {rank}"
             return read
         self._ranks.add(rank)
-        read.skipped = self._fold(rank, doc)
-        if read.skipped:
+        read.skipped, over = self._fold(rank, doc)
+        if over:
+            read.error = (
+                f"read in part: its entries' sizes and dtypes print to over "
+                f"{MAX_DUMP_SIGNATURE_BYTES >> 20} MiB (one value referenced over and over); "
+                f"{read.skipped} of {read.entries} entries not matched"
+            )
+        elif read.skipped:
             read.error = (
                 f"read in part: {read.skipped} of {read.entries} entries lack the keys the "
                 "matching needs (process_group, profiling_name, a sequence id)"
@@ -297,8 +260,9 @@ class Analysis:
         group.seen.add(rank)
         return group
 
-    def _fold(self, rank: int, doc: dict[str, Any]) -> int:
-        """Fold one rank's entries into the groups' rows; returns how many it had to skip."""
+    def _fold(self, rank: int, doc: dict[str, Any]) -> tuple[int, bool]:
+        """Fold one rank's entries into the groups' rows; returns how many it had to skip, and
+        whether it stopped at MAX_DUMP_SIGNATURE_BYTES (the rest are skipped too)."""
         config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
         bit = 1 << rank
         groups: dict[Any, _Group] = {}
@@ -307,10 +271,13 @@ class Analysis:
         last: dict[_Group, dict[str, Any]] = {}
         completed: dict[_Group, dict[str, Any]] = {}
         entries = doc["entries"]
-        skipped = 0
+        skipped = spent = 0
         wrapped = bool(entries) and _record_id(entries[0]) > 0
         get_group = groups.get
         for e in entries:
+            if spent > MAX_DUMP_SIGNATURE_BYTES:
+                skipped += 1
+                continue
             try:
                 pg = e["process_group"]
                 group = get_group(pg) if pg.__class__ is tuple else None
@@ -328,6 +295,9 @@ class Analysis:
                           e.get("input_dtypes"), e.get("output_dtypes"))),
                     str(state),
                 )  # fmt: skip
+                spent += len(sig[1])  # each entry's repr is work: a shared value repeats it
+                if len(sig[1]) > MAX_SIGNATURE_BYTES:
+                    raise ValueError(sig[0])
             except (KeyError, TypeError, ValueError, IndexError, AttributeError):
                 skipped += 1
                 continue
@@ -357,7 +327,7 @@ class Analysis:
                 group.wrapped.add(rank)
                 group.floor = max(group.floor, first.get(group, 0))
             group.tails[rank] = _tail(rank, entries, last.get(group), completed.get(group), status)
-        return skipped
+        return skipped, spent > MAX_DUMP_SIGNATURE_BYTES
 
     def _fold_p2p(self, group: _Group, e: dict[str, Any], seq: int, sig: Sig) -> None:
         """Send ``a->b`` / recv ``b<-a`` in group ranks: ProcessGroupNCCL::send and ::recv name

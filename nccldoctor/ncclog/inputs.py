@@ -18,6 +18,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
+from nccldoctor.limits import MAX_MEMBER_BYTES
+
 BLOCK_BYTES = 1 << 20  # the parser passes over a block several times: it stays in cache
 MAX_LINE = 64 * 1024
 STDIN = "-"
@@ -166,8 +168,13 @@ class BlockReader:
             stream.seek(self.first - 1)
             at, skipping = self.first - 1, True
         rewind = isinstance(stream, io.FileIO) and stream.seekable()  # a plain file's
+        # a .gz's unpacked bytes: a 12 MB gzip can unpack to 12 GB and take minutes to parse
+        cap = MAX_MEMBER_BYTES if isinstance(stream, gzip.GzipFile) else None
         try:
             while True:
+                if cap is not None and at >= cap:
+                    self.read_error = f"unpacks to over {cap >> 30} GiB: read up to there"
+                    break
                 try:
                     data = stream.read(self.block)
                 except (OSError, EOFError, gzip.BadGzipFile) as exc:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from nccldoctor.limits import MAX_DIGITS, MAX_PROCESSES
 from nccldoctor.ncclog.envelope import clean, parse_line
 from nccldoctor.ncclog.inputs import (
     BLOCK_BYTES,
@@ -45,6 +47,13 @@ from nccldoctor.ncclog.lines import (
 )
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
+
+# What a log's lines left out, as the logs.truncated finding names it
+LONG_NUMBER = f"lines with a number of more than {MAX_DIGITS} digits"
+MANY_PROCESSES = f"lines of processes past the first {MAX_PROCESSES:,}"
+
+
+_DIGITS = re.compile(rb"\d+")
 
 
 def _text(raw: bytes) -> str:
@@ -96,6 +105,7 @@ class LogSet:
     # (process group, rank) -> the last SeqNum it completed; the group None: not named
     completed_seq: dict[tuple[str | None, int], int] = field(default_factory=dict)
     signatures: dict[str, SignatureHit] = field(default_factory=dict)
+    left_out: dict[str, int] = field(default_factory=dict)  # lines not read past a bound, by why
     last_key: str | None = None  # the process of the last NCCL line
     unclaimed_version: str | None = None  # a bare "NCCL version" line before any process's line
 
@@ -117,6 +127,8 @@ class LogSet:
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.garbled_lines += other.garbled_lines
+        for why, n in other.left_out.items():
+            self.left_out[why] = self.left_out.get(why, 0) + n
         for name, cut in other.cut_lines.items():
             self.cut_lines[name] = self.cut_lines.get(name, 0) + cut
         self.unknown_samples.extend(
@@ -192,9 +204,12 @@ class SourceParser:
         self._app = False  # whether the source has lines without NCCL (stdout, not a rank file)
         self._split_once = False
 
-    def _process(self, key: str, host: str, pid: int) -> ProcessLog:
+    def _process(self, key: str, host: str, pid: int) -> ProcessLog | None:
+        """The record of ``key``; None past MAX_PROCESSES (each costs a record's memory)."""
         proc = self.result.processes.get(key)
         if proc is None:
+            if len(self.result.processes) >= MAX_PROCESSES:
+                return None
             proc = self.result.processes[key] = ProcessLog(key, host, pid, self.result.sources[:1])
         self.result.last_key = key
         return proc
@@ -311,9 +326,7 @@ class SourceParser:
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
 
-    def _spans(
-        self, data: bytes, start: int, end: int, want: int | None
-    ) -> list[tuple[int, int]]:
+    def _spans(self, data: bytes, start: int, end: int, want: int | None) -> list[tuple[int, int]]:
         """Where the lines CANDIDATE finds are: (first byte, newline), in order. ``want`` of
         them make the block add up (more when some hold a counted needle): the search stops
         there, so a rank file's init lines at the top of a block cost no pass over the rest."""
@@ -510,9 +523,13 @@ class SourceParser:
             raw = data[first:stop]
             if raw.find(b" NCCL ") >= 0:
                 text = _text(raw)  # as the line was read: a Markdown mark is not in its host
-                env = parse_line(text)
-                if env is not None:
-                    self._process(env.head.key, env.head.host, env.head.pid).last_line = text
+                try:
+                    env = parse_line(text)
+                except ValueError:  # a number over MAX_DIGITS: counted where the line was read
+                    return
+                proc = env and self._process(env.head.key, env.head.host, env.head.pid)
+                if proc is not None:
+                    proc.last_line = text
                 return
             if first <= start:
                 return
@@ -542,7 +559,19 @@ class SourceParser:
                     kind.fold(self.result, m, text)
 
     def line(self, raw: bytes, counted: bool = False) -> None:
-        """Parse one line (``counted``: already in the line accounting)."""
+        """Parse one line (``counted``: already in the line accounting); one that holds a number
+        Python will not read (ValueError: over MAX_DIGITS digits) is left out, and counted."""
+        try:
+            self._line(raw, counted)
+        except ValueError:
+            if max(map(len, _DIGITS.findall(raw)), default=0) <= MAX_DIGITS:
+                raise
+            self._leave_out(LONG_NUMBER)
+
+    def _leave_out(self, why: str) -> None:
+        self.result.left_out[why] = self.result.left_out.get(why, 0) + 1
+
+    def _line(self, raw: bytes, counted: bool) -> None:
         result = self.result
         text = _text(raw)
         env = parse_line(text)
@@ -571,6 +600,9 @@ class SourceParser:
             result.nccl_lines += 1
         head = env.head
         proc = self._process(head.key, head.host, head.pid)
+        if proc is None:
+            self._leave_out(MANY_PROCESSES)
+            return
         proc.last_line = text
         if env.level in ("WARN", "ATTN"):
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text, level=env.level))

@@ -196,6 +196,7 @@ def summarize(logs: LogSet) -> dict[str, Any]:
             "garbled": logs.garbled_lines,
             "truncated": sum(logs.cut_lines.values()),
         },
+        "left_out": logs.left_out,
         "unknown_samples": logs.unknown_samples,
         "read_errors": logs.read_errors,
         "bare_versions": logs.bare_versions,

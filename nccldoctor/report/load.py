@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nccldoctor.jsondoc import parse
 from nccldoctor.redact import SEAL_KEY, redact_document, sealed
 from nccldoctor.report.document import (
     NOTES_KEY,
@@ -38,11 +39,13 @@ def read_document(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         data = path.read_bytes()
-        document = json.loads(data.decode("utf-8"))
+        document = parse(data.decode("utf-8"))
     except OSError as exc:
         raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReportError(f"{path}: not a JSON report: {exc}") from exc
+    except ValueError as exc:  # within the bounds of every document read (jsondoc.parse)
+        raise ReportError(f"{path}: not read: a JSON document {exc}") from exc
     if not isinstance(document, dict) or "kind" not in document:
         raise ReportError(f"{path}: not a nccldoctor report (no 'kind' key)")
     document.pop(SEAL_KEY, None)  # the file's, not the document's: write_report seals anew
