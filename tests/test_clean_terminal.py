@@ -124,12 +124,12 @@ def test_progress_lines_from_peers_are_cleaned():
     assert " a  b link" in out.getvalue() and not _unsafe(out.getvalue())
 
 
-def _run(args: list[str], cwd: Path, **env: str) -> str:
+def _run(args: list[str], **env: str) -> str:
     """stdout and stderr of ``nccldoctor args``, as the bytes a terminal would get."""
     env = {**os.environ, "COLUMNS": "300", **env}
     env.pop("NO_COLOR", None) if "FORCE_COLOR" in env else None
     proc = subprocess.run([sys.executable, "-m", "nccldoctor", *args], capture_output=True,
-                          cwd=cwd, env=env, timeout=120)  # fmt: skip
+                          cwd=REPO, env=env, timeout=120)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     return (proc.stdout + proc.stderr).decode("utf-8")
 
@@ -144,7 +144,7 @@ def test_explain_prints_no_sequence_from_a_log_line_or_an_attachment_name(tmp_pa
     )
     name = HOSTILE.replace("/", "")  # a file name holds anything but a slash
     (logs / f"crash{name}.log").write_bytes(b"\0" * 64)  # named by ticket.not-read
-    out = _run(["explain", str(logs), "-v"], tmp_path, **colour)
+    out = _run(["explain", str(logs), "-v"], **colour)
     assert "unhandled system error" in out and "only NUL bytes" in out
     assert not _unsafe(out)
     if "NO_COLOR" in colour:
@@ -165,5 +165,5 @@ def test_report_show_of_a_crafted_report_prints_no_sequence(tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(document))
     for colour in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
-        out = _run(["report", str(path), "-v"], tmp_path, **colour)
+        out = _run(["report", str(path), "-v"], **colour)
         assert " a  b link" in out and not _unsafe(out)

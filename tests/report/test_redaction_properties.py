@@ -13,6 +13,8 @@ import copy
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from nccldoctor.views.junit import render_document_junit
 from nccldoctor.views.terminal import render_terminal
 from tests.report.hostile import hostile
 
+REPO = Path(__file__).resolve().parents[2]
 BASE = hostile().to_dict()
 Where = tuple[Any, ...]
 
@@ -209,3 +212,19 @@ def test_a_sealed_file_is_read_as_written_and_an_edited_one_redacted_again(tmp_p
     # a tool that adds to the file keeps the seal but not its checksum: all is redacted again
     path.write_text(written.replace('"kind": "check"', '"kind": "check", "x": "PASSWORD=S54"'))
     assert read_document(path)["x"] == f"PASSWORD={REDACTED}"
+
+
+def test_watch_reports_none_of_the_secrets_on_its_command_line(tmp_path: Path) -> None:
+    """The command of the issue: a secret in the job's output, a flag and its value as two
+    arguments, a flag=value and a NAME=value, each at the start of its argument."""
+    secrets = ("Zq9out51", "Zq9flag52", "Zq9eq53", "Zq9env54")
+    command = [sys.executable, "-m", "nccldoctor", "watch", "--out", str(tmp_path), "--",
+               "sh", "-c", f"echo password={secrets[0]}; exit 1",
+               "--hf-token", secrets[1], f"--password={secrets[2]}", f"PASSWORD={secrets[3]}"]  # fmt: skip
+    subprocess.run(command, capture_output=True, timeout=120, cwd=REPO, check=False)
+    (report,) = {path.resolve() for path in tmp_path.rglob("report.json")}  # latest/ is a link
+    shown = subprocess.run([sys.executable, "-m", "nccldoctor", "report", str(report), "-v"],
+                           capture_output=True, text=True, timeout=120, cwd=REPO, check=False)  # fmt: skip
+    assert "hf-token" in report.read_text()
+    for text in (report.read_text(), report.with_name("report.html").read_text(), shown.stdout):
+        assert not [secret for secret in secrets if secret in text]
