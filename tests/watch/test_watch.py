@@ -18,6 +18,12 @@ EXAMPLE_JOB = Path(__file__).parent / "example_job.py"
 REPO = Path(__file__).resolve().parents[2]
 
 
+def run_dir(out: Path) -> Path:
+    """The one run's folder under ``out``, ``OUT/<node>/<run>/`` (the node: this host)."""
+    (latest,) = out.glob("*/latest")
+    return latest.parent / os.readlink(latest)
+
+
 def run_watch(tmp_path: Path, fault: str | None, hang_after: float = 6.0, extra: tuple = ()):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO)
@@ -35,7 +41,7 @@ def run_watch(tmp_path: Path, fault: str | None, hang_after: float = 6.0, extra:
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     elapsed = time.monotonic() - started
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((run_dir(out) / "report.json").read_text())
     return proc, report, elapsed
 
 
@@ -49,7 +55,7 @@ def test_healthy_job_passes_through(tmp_path):
     assert report["findings"] == []
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     # the page beside the JSON, its path the last line (stderr: stdout is the job's)
-    page = tmp_path / "watch" / "report.html"
+    page = run_dir(tmp_path / "watch") / "report.html"
     *_, verdict, last = proc.stderr.splitlines()
     assert last == f"Page: {page}"
     assert verdict.startswith("nccldoctor: The job finished successfully. Report: ")
@@ -102,7 +108,41 @@ def test_plain_exit_code_passes_through(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 7
     assert proc.stdout == "hi\n"
-    assert json.loads((out / "report.json").read_text())["watch"]["exit_code"] == 7
+    assert json.loads((run_dir(out) / "report.json").read_text())["watch"]["exit_code"] == 7
+
+
+def test_a_rerun_in_the_same_folder_reads_nothing_of_the_run_before(tmp_path):
+    """A job that failed with a rank's error in its log, then the fixed job in the same --out:
+    the second report reads only its own run's files (it read every nccl.*.log in --out)."""
+    out, env = tmp_path / "w", {**os.environ, "PYTHONPATH": str(REPO)}
+    failing = ("import os, sys; open(os.environ['NCCLDOCTOR_WATCH_DIR'] + '/error.4242.txt', 'w')"
+               ".write('RuntimeError: first run boom'); sys.exit(7)")  # fmt: skip
+    reports = []
+    for job, code in ((failing, 7), ("print('fixed')", 0)):
+        proc = subprocess.run(
+            [sys.executable, "-m", "nccldoctor", "watch", "--out", str(out), "--",
+             sys.executable, "-c", job],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == code, proc.stderr
+        reports.append(run_dir(out) / "report.json")
+    assert reports[0].parent != reports[1].parent and reports[0].is_file()
+    assert "first run boom" in reports[0].read_text()
+    assert "first run boom" not in reports[1].read_text()
+    assert json.loads(reports[1].read_text())["watch"]["exit_code"] == 0
+
+
+def test_an_out_that_cannot_be_written_is_one_line_before_the_job_starts(tmp_path):
+    (tmp_path / "out").write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccldoctor", "watch", "--out", str(tmp_path / "out"), "--",
+         sys.executable, "-c", "open('started', 'w')"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"--out {tmp_path / 'out'}: {tmp_path / 'out'} is a file" in proc.stderr
+    assert not (tmp_path / "started").exists()
 
 
 def test_missing_command_is_a_usage_error(tmp_path):
@@ -141,7 +181,7 @@ def test_a_log_deleted_mid_run_does_not_end_the_watch_as_crashed(tmp_path):
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 5, proc.stderr
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((run_dir(out) / "report.json").read_text())
     assert report["watch"]["exit_code"] == 5
     assert [f["id"] for f in report["findings"]] == ["watch.exit-nonzero"]
 
@@ -168,7 +208,7 @@ def test_a_reader_that_leaves_early_leaves_the_job_running_and_watched(tmp_path)
     assert run.read == b"first line\n"
     assert run.returncode == 4, run.stderr
     assert "Traceback" not in run.stderr and "Exception" not in run.stderr, run.stderr
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((run_dir(out) / "report.json").read_text())
     assert not report["watch"]["hung"] and report["watch"]["exit_code"] == 4
     assert report["watch"]["output_tail"][-2:] == ["line 16383 " + "x" * 50, "job done"]
-    assert run.stderr.splitlines()[-1] == f"Page: {out / 'report.html'}"
+    assert run.stderr.splitlines()[-1] == f"Page: {run_dir(out) / 'report.html'}"

@@ -30,7 +30,7 @@ def start_job(lab, fault: str | None):
             env["EXAMPLE_FAULT"] = fault
         runs.append(lab.start(host, args, lab.reports / host.name, env=env, command="watch"))
     lab.wait(runs, timeout=DEADLINE)
-    return runs, [json.loads((run.out / "report.json").read_text()) for run in runs]
+    return runs, [json.loads((run.run_dir / "report.json").read_text()) for run in runs]
 
 
 def test_rank_stalled_on_one_node_is_named_on_every_node(lab):
