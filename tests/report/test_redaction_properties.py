@@ -110,9 +110,11 @@ def planted(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
         text = _at(document, path)
         cut = draw(st.sampled_from([0, len(text) // 2, len(text)]))
         secret = draw(st.sampled_from(FORMS)).format(name=name, value=value)
-        # where text ends a word, the secret starts after a space, as it would be written
+        # where text ends a word, the secret starts after a space, as it would be written; the
+        # text after it may follow at once (the value then runs on into it)
         before = " " if cut and not text[cut - 1].isspace() else ""
-        _at(document, path[:-1])[path[-1]] = f"{text[:cut]}{before}{secret} {text[cut:]}"
+        after = draw(st.sampled_from([" ", "", ",", "; ", "\n", "\t"]))
+        _at(document, path[:-1])[path[-1]] = f"{text[:cut]}{before}{secret}{after}{text[cut:]}"
     elif where == "mapping":
         number = draw(st.integers(10**11, 10**12))
         value = str(number)
