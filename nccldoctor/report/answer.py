@@ -129,7 +129,7 @@ def answer(document: dict[str, Any]) -> str:
         _findings_sentence(document, said=" ".join(sentences)),
         _bandwidth_sentence(document),
     ]
-    return " ".join(s for s in sentences if s)
+    return _plain(" ".join(s for s in sentences if s))
 
 
 def nccl_sentence(summary: dict[str, Any]) -> str:

@@ -196,7 +196,8 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
     return {
         "banner_key": str(top.get("banner") or ""),
         "banner_title": str(top.get("title") or ""),
-        "verdict_line": str(top.get("line") or ""),
+        # under the banner's heading, the line without it ("Hang: ..." under "Hang")
+        "verdict_line": str(top.get("line") or "").removeprefix(f"{top.get('title')}: "),
         "answer": str(top.get("answer") or ""),
         "notes": [str(n) for n in values(document.get("load_notes"))],
         "areas": sections.area_lines(document),

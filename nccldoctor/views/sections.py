@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nccldoctor import guide
+from nccldoctor.forensics.stacks import without_source_paths
 from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kinds
@@ -90,7 +91,7 @@ def _finding(group: FindingGroup) -> dict[str, Any]:
         "category": str(finding.get("category", "")),
         "area": str(finding.get("area", "")),
         "severity": finding.get("severity"),
-        "title": str(finding.get("title", "")),
+        "title": without_source_paths(str(finding.get("title", ""))),  # evidence keeps them
         "evidence": group.evidence,
         "per_node": group.per_node,
         "fix": group.fix,
