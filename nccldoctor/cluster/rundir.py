@@ -1,8 +1,8 @@
 """A run's own folder: ``<out>/<node>/<run>/`` (docs/design.md#run-folder).
 
-Each invocation of `nccldoctor check` makes a new folder and reads back only what it wrote there
-(its log, its ranks' folders with their events, results, stacks, NCCL logs and dumps, its
-reports): a rerun in the same ``--out`` after a fix is judged on its own files, and checks that
+Each invocation of `nccldoctor check` (and of `watch`) makes a new folder and reads back only
+what it wrote there (its log, its ranks' folders with their events, results, stacks, NCCL logs
+and dumps, its reports): a rerun in the same ``--out`` after a fix is judged on its own files, and checks that
 share one ``--out`` at the same time (nodes on one NFS folder, two ports on one machine) never see
 each other's. The node's name comes first because nodes may share ``--out``; the run's name is
 this invocation's own, made before anything is heard from the master (the agent logs from its
@@ -99,4 +99,5 @@ def _point_latest(folder: Path) -> None:
         os.symlink(folder.name, staged)
         os.replace(staged, link)
     except OSError:
-        staged.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)
