@@ -268,10 +268,6 @@ def _count(n: Any, noun: str, preposition: str = "") -> str:
     return f"{preposition} {words}".strip()
 
 
-def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
 def _bytes(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 

@@ -86,8 +86,3 @@ def connect_once(address: str, port: int, timeout_s: float) -> OSError | None:
             return None
     except OSError as exc:
         return exc
-
-
-def ipv4_addresses(network: NetworkFacts) -> dict[str, list[str]]:
-    """Every interface the probe read, with its IPv4 addresses (no prefix; empty list: none)."""
-    return {i.name: [a.split("/")[0] for a in i.ipv4] for i in network.interfaces}
