@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from nccldoctor.limits import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
 Scope = Literal["node", "cluster", "run", "ranks", "world", "logs", "job", "flightrec",
@@ -107,8 +108,8 @@ class Check:
                 id=self.id,
                 category=p.category or self.category,
                 severity=p.severity,
-                title=p.title,
-                evidence=p.evidence,
+                title=_cut(p.title),
+                evidence=_bounded(p.evidence),
                 fix=p.fix,
                 area=self.area,
                 links=p.links,
@@ -118,6 +119,23 @@ class Check:
             )
             for p in problems
         ]
+
+
+def _cut(text: str) -> str:
+    """A title or evidence line within MAX_EVIDENCE_CHARS: a line a rule quotes from a
+    stranger's file may be 64 KiB, and every view prints it."""
+    if len(text) <= MAX_EVIDENCE_CHARS:
+        return text
+    return f"{text[:MAX_EVIDENCE_CHARS]}… ({len(text) - MAX_EVIDENCE_CHARS:,} more characters)"
+
+
+def _bounded(evidence: list[str]) -> list[str]:
+    """A finding's evidence within the report's bounds: MAX_EVIDENCE_LINES lines of
+    MAX_EVIDENCE_CHARS (a rule may list every rank of a million), the rest counted."""
+    lines = [_cut(line) for line in evidence[:MAX_EVIDENCE_LINES]]
+    if len(evidence) > MAX_EVIDENCE_LINES:
+        lines.append(f"… and {len(evidence) - MAX_EVIDENCE_LINES:,} more lines")
+    return lines
 
 
 _REGISTRY: dict[str, Check] = {}

@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from checks import Problem, check
+from nccldoctor.limits import MAX_RAS_RANKS
 from nccldoctor.model import Severity
 from nccldoctor.ras import DiagReport, DiagResult, Entry, Peer, RasReading, RasReport
 
 MAX_EVIDENCE = 12
+MAX_TITLE_RANKS = 8  # ranks a title names; the rest are counted
 
 
 def _peer(p: Peer) -> str:
@@ -88,15 +90,17 @@ def incomplete(reading: RasReading) -> Iterator[Problem]:
     """RAS got no data from some ranks of a communicator (stopped, hung or unreachable)."""
     for report, entry in _entries(reading, "INCOMPLETE"):
         missing = entry.missing_ranks or [p.rank for p in entry.peers if p.rank is not None]
+        more = len(missing) - MAX_TITLE_RANKS + entry.left_out
         who = (
-            f"rank {', '.join(map(str, missing))}"
+            f"rank {', '.join(map(str, missing[:MAX_TITLE_RANKS]))}"
+            + (f" and {more} more" if more > 0 else "")
             if missing
             else "; ".join(_peer(p) for p in entry.peers[:4]) or "some ranks"
         )
         node, rank = _where(entry)
         logs = [
             f"rank {r}'s NCCL log stops at: {line}"
-            for r in missing
+            for r in missing[:MAX_EVIDENCE]
             if (line := reading.last_line(entry.comm_hash, r))
         ]
         yield Problem(
@@ -153,6 +157,25 @@ def timeout(reading: RasReading) -> Iterator[Problem]:
             _evidence(report, entry),
             fix="A process is unresponsive: query again; RAS declares it dead after 60 s.",
         )
+
+
+@check("ras.truncated", area="ras", category="other", scope="ras")
+def truncated(reading: RasReading) -> Iterator[Problem]:
+    """An ncclras entry names more ranks than nccldoctor keeps (nccldoctor/limits.py): the
+    rest are counted, not listed."""
+    for report in reading.reports:
+        cut = [e for e in report.entries if e.left_out]
+        if cut:
+            yield Problem(
+                Severity.WARN,
+                f"{report.source}: {sum(e.left_out for e in cut)} rank(s) and process(es) "
+                f"past the first {MAX_RAS_RANKS:,} of an entry counted, not listed",
+                [f"{e.comm or e.section} {'/'.join(e.kinds)}: {e.left_out} more" for e in cut][
+                    :MAX_EVIDENCE
+                ],
+                fix="No job has that many ranks in one communicator: the file is not one\n"
+                "ncclras output. Attach the output of ncclras -f json.",
+            )
 
 
 @check("ras.unreadable", area="ras", category="other", scope="ras")

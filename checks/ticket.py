@@ -16,10 +16,16 @@ def not_read(ticket: Ticket) -> Problem | None:
     """Some attachments were not read: what the answer leaves out, and why."""
     if not ticket.skipped:
         return None
+    more = len(ticket.skipped) - 8 + ticket.more_skipped
     return Problem(
         Severity.WARN,
-        f"{len(ticket.skipped)} attachment(s) not read",
-        [f"{name}: {why}" for name, why in ticket.skipped[:8]],
+        f"{len(ticket.skipped) + ticket.more_skipped} attachment(s) not read",
+        [f"{name}: {why}" for name, why in ticket.skipped[:8]]
+        + (
+            [f"... and {more} more (the report's attachments section names them)"]
+            if more > 0
+            else []
+        ),
         "Attach NCCL's logs as text, whole: one file per process with\n"
         "export NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log\n"
         "A file of only NUL bytes was being written when its node crashed or its disk filled:\n"

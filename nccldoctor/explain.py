@@ -239,6 +239,7 @@ def explain_ticket(
         extra[kind] = {"files": [f.name for f in files], **section}
         findings.extend(found)
     extra["attachments"] = {**ticket.summary(), "unread_reports": [f"{n}: {w}" for n, w in unread]}
-    ticket.skipped.extend(unread)  # the ticket.not-read finding names them with the rest
+    for name, why in unread:  # the ticket.not-read finding names them with the rest
+        ticket.skip(name, why)
     findings.extend(run_checks("ticket", ticket))
     return extra, findings

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nccldoctor.limits import MAX_DIGITS, MAX_JSON_DEPTH
+from nccldoctor.limits import MAX_DIGITS, MAX_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH
 
 # A JSON string (its brackets are no nesting), and what is left of a document without them
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -34,6 +34,10 @@ def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
 def parse(text: str) -> Any:
     """``text`` parsed as JSON within the readers' bounds; raises ValueError saying why not
     (``json.JSONDecodeError`` for bad JSON)."""
+    if len(text) > MAX_JSON_BYTES:
+        raise ValueError(f"of over {MAX_JSON_BYTES >> 20} MiB")
+    if text.count("[") + text.count("{") > MAX_JSON_CONTAINERS:  # strings' brackets too: a bound
+        raise ValueError(f"of more than {MAX_JSON_CONTAINERS:,} lists and objects")
     if too_deep(text):
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep")
     try:
@@ -43,7 +47,7 @@ def parse(text: str) -> Any:
     except ValueError as exc:
         if isinstance(exc, json.JSONDecodeError):
             raise
-        raise ValueError(f"a number of more than {MAX_DIGITS} digits") from None
+        raise ValueError(f"with a number of more than {MAX_DIGITS} digits") from None
 
 
 def load(

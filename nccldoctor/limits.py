@@ -18,6 +18,10 @@ MAX_DIGITS = 4300
 # nest: a report nests about 8 deep; Python's own parser and every walk over the document
 # recurse, and a thousand levels end in RecursionError.
 MAX_JSON_DEPTH = 64
+# Lists and objects in one JSON document, and its bytes: a 64-node report holds some 20k and a
+# few MB; each empty list costs 60 bytes parsed (a 58 KB zip of 60M of them took 5 GB).
+MAX_JSON_CONTAINERS = 2_000_000
+MAX_JSON_BYTES = 128 << 20
 
 # -- Flight Recorder dumps (forensics/frload.py) --------------------------------------------------
 

@@ -14,11 +14,12 @@ out and ``error`` says why (JSON).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nccldoctor import jsondoc
+from nccldoctor.limits import MAX_EVIDENCE_CHARS, MAX_RAS_RANKS
 
 
 @dataclass
@@ -43,6 +44,16 @@ class Entry:
     peers: list[Peer] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
     operations: list[tuple[int, int]] = field(default_factory=list)  # (ranks, up to operation)
+    left_out: int = 0  # ranks and processes named past MAX_RAS_RANKS: counted, not kept
+
+    def keep(self, peers: list[Peer], ranks: Sequence[int] = ()) -> None:
+        """Take ``peers`` and missing ``ranks`` up to MAX_RAS_RANKS of each; count the rest."""
+        room = max(0, MAX_RAS_RANKS - len(self.peers))
+        self.peers += peers[:room]
+        self.left_out += max(0, len(peers) - room)
+        room = max(0, MAX_RAS_RANKS - len(self.missing_ranks))
+        self.missing_ranks += list(ranks[:room])
+        self.left_out += max(0, len(ranks) - room)
 
 
 @dataclass
@@ -192,13 +203,14 @@ _OPS = re.compile(r"(?P<n>\d+) ranks? ha(?:s|ve) launched up to operation (?P<op
 
 
 def _detail(entry: Entry, line: str) -> None:
-    entry.lines.append(line)
+    if len(entry.lines) < MAX_RAS_RANKS:  # a line a rank: as many as the ranks kept
+        entry.lines.append(line[:MAX_EVIDENCE_CHARS])  # a list of a million ranks is one line
     if m := _RANK.search(line):
-        entry.peers.append(Peer(int(m["rank"]), int(m["pid"]), m["node"], m["gpu"]))
+        entry.keep([Peer(int(m["rank"]), int(m["pid"]), m["node"], m["gpu"])])
     elif m := _PROCESS.search(line):
-        entry.peers.append(Peer(None, int(m["pid"]), m["node"], m["gpu"]))
+        entry.keep([Peer(None, int(m["pid"]), m["node"], m["gpu"])])
     elif m := _MISSING.search(line):
-        entry.missing_ranks += [int(r) for r in re.findall(r"\d+", m["ranks"])]
+        entry.keep([], [int(r) for r in re.findall(r"\d+", m["ranks"])])
     elif m := _OPS.search(line):
         entry.operations.append((int(m["n"]), int(m["op"])))
 
@@ -624,7 +636,8 @@ def parse_json(text: str, source: str) -> RasReport:
         if missing:
             dead = [r for r in missing if _status(r).get("considered_dead") is True]
             entry = Entry("errors", ["DEAD"] if dead else ["INCOMPLETE"], name, comm_hash)
-            entry.peers = [_peer(r) for r in missing]
+            entry.keep([_peer(r) for r in missing[:MAX_RAS_RANKS]])
+            entry.left_out += max(0, len(missing) - MAX_RAS_RANKS)
             entry.missing_ranks = [p.rank for p in entry.peers if p.rank is not None]
             entry.lines = [f"Missing communicator data from {len(missing)} rank(s)"]
             report.entries.append(entry)
@@ -636,8 +649,7 @@ def parse_json(text: str, source: str) -> RasReport:
                 counts.setdefault(key, []).append(_peer(r))
         if len(counts) > 1:
             entry = Entry("warnings", ["MISMATCH"], name, comm_hash)
-            smallest = min(counts.values(), key=len)
-            entry.peers = smallest
+            entry.keep(min(counts.values(), key=len))
             entry.lines = ["Communicator ranks have different collective operation counts"]
             report.entries.append(entry)
         failed = [
@@ -647,11 +659,13 @@ def parse_json(text: str, source: str) -> RasReport:
             or _status(r).get("async_error") not in (0, 7, None)
         ]
         if failed:
-            entry = Entry("errors", ["ERROR"], name, comm_hash, peers=[_peer(r) for r in failed])
+            entry = Entry("errors", ["ERROR"], name, comm_hash)
+            entry.keep([_peer(r) for r in failed[:MAX_RAS_RANKS]])
+            entry.left_out += max(0, len(failed) - MAX_RAS_RANKS)
             entry.lines = [
                 f"rank {r.get('rank')}: init_state {_status(r).get('init_state')}, "
                 f"async_error {_status(r).get('async_error')}"
-                for r in failed
+                for r in failed[:MAX_RAS_RANKS]
             ]
             report.entries.append(entry)
     report.nodes = len(nodes) or None

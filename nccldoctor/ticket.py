@@ -9,22 +9,38 @@ following links or leaving the folder. Nothing here parses a kind: that is each 
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import re
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from nccldoctor.forensics.dumphead import looks_like_dump
+from nccldoctor.limits import (
+    HEAD_BYTES,
+    MAX_MEMBER_BYTES,
+    MAX_MEMBERS,
+    MAX_SKIPPED_NAMED,
+    MAX_TICKET_BYTES,
+)
 from nccldoctor.ncclog.inputs import STDIN, InputError, expand_inputs
+from nccldoctor.units import format_bytes
 
-HEAD_BYTES = 64 * 1024
-MAX_UNPACKED_BYTES = 2 << 30  # decompressed, all archives of one ticket together
-MAX_MEMBERS = 20_000
 MAX_DEPTH = 2  # an archive inside an archive is unpacked; one deeper is not
+# What tarfile reads through, by its first bytes: a tar is told by its first header, unpacked
+# from the file's head by the decompressor its magic names (never the whole file: tarfile's own
+# probe of a file of NUL bytes ran it through the xz decoder, 0.25 s a MB)
+_DECOMPRESSORS: dict[bytes, Callable[[], bz2.BZ2Decompressor | lzma.LZMADecompressor]] = {
+    b"BZh": bz2.BZ2Decompressor,
+    b"\xfd7zXZ\x00": lzma.LZMADecompressor,
+}
+_TAR_BLOCK = 512
 
 
 def _text(head: bytes) -> str:
@@ -95,15 +111,24 @@ class Attachment:
 class Ticket:
     files: list[Attachment] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
+    more_skipped: int = 0  # not read past the MAX_SKIPPED_NAMED named in ``skipped``
 
     def of_kind(self, kind: str) -> list[Attachment]:
         return [f for f in self.files if kind in f.kinds]
+
+    def skip(self, name: str, why: str) -> None:
+        """``name`` was not read, for ``why``: named up to MAX_SKIPPED_NAMED, then counted."""
+        if len(self.skipped) < MAX_SKIPPED_NAMED:
+            self.skipped.append((name, why))
+        else:
+            self.more_skipped += 1
 
     def summary(self) -> dict[str, object]:
         """What was found of each kind, for the report."""
         return {
             "kinds": {k: [f.name for f in self.of_kind(k)] for k in KIND_NAMES if self.of_kind(k)},
             "skipped": [{"name": n, "why": w} for n, w in self.skipped],
+            "more_skipped": self.more_skipped,
         }
 
 
@@ -155,7 +180,7 @@ def sort_attachment(path: str, name: str, size: int) -> Attachment | None:
 
 class _Budget:
     def __init__(self) -> None:
-        self.bytes = MAX_UNPACKED_BYTES
+        self.bytes = MAX_TICKET_BYTES
         self.members = MAX_MEMBERS
 
 
@@ -177,16 +202,16 @@ def _add(
         archive = path != STDIN and (zipfile.is_zipfile(path) or _is_tar(path))
         if archive:
             if depth >= MAX_DEPTH:
-                ticket.skipped.append((name, "an archive nested too deep: not unpacked"))
+                ticket.skip(name, "an archive nested too deep: not unpacked")
                 return
             _unpack(ticket, path, name, workdir, budget, depth)
             return
         found = sort_attachment(path, name, size)
     except OSError as exc:
-        ticket.skipped.append((name, f"unreadable: {exc.strerror or exc}"))
+        ticket.skip(name, f"unreadable: {exc.strerror or exc}")
         return
     if found is None:
-        ticket.skipped.append((name, _not_a_kind(path)))
+        ticket.skip(name, _not_a_kind(path))
     else:
         ticket.files.append(found)
 
@@ -198,15 +223,25 @@ def _not_a_kind(path: str) -> str:
 
 
 def _is_tar(path: str) -> bool:
-    """A tar archive with at least one member: ``is_tarfile`` alone takes a file of NUL bytes
-    for an empty archive (its end marker is zeros), and it would vanish from the ticket."""
+    """A tar archive with at least one member, told by the first header in the file's head
+    (through gzip, bzip2 or xz): a file of NUL bytes is no archive (its end marker is zeros,
+    and ``is_tarfile`` took it for an empty one), and it would vanish from the ticket."""
+    with open(path, "rb") as raw:
+        head = raw.read(HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        head = read_head(path, _TAR_BLOCK)
+    else:
+        magic = next((m for m in _DECOMPRESSORS if head.startswith(m)), None)
+        if magic is not None:
+            try:
+                head = _DECOMPRESSORS[magic]().decompress(head, _TAR_BLOCK)
+            except (OSError, EOFError, lzma.LZMAError):
+                return False
     try:
-        if not tarfile.is_tarfile(path):
-            return False
-        with tarfile.open(path) as archive:
-            return archive.next() is not None
-    except (OSError, tarfile.TarError, EOFError):
+        tarfile.TarInfo.frombuf(head[:_TAR_BLOCK], "utf-8", "surrogateescape")
+    except tarfile.HeaderError:  # no header, a bad checksum, or the zeros that end an archive
         return False
+    return True
 
 
 def _safe_parts(member: str) -> list[str] | None:
@@ -225,53 +260,66 @@ def _unpack(
     try:
         members = _zip_members(path) if zipfile.is_zipfile(path) else _tar_members(path)
         for member, opener in members:
+            # every member counts, folders and names refused too: each costs the archive's index
+            if budget.members <= 0:
+                ticket.skip(name, f"more than {MAX_MEMBERS:,} members: the rest not read")
+                return
+            budget.members -= 1
+            if opener is None:  # a folder: its files are members of their own
+                continue
             label = f"{name}:{member}"
             parts = _safe_parts(member)
             if parts is None:
-                ticket.skipped.append((label, "a path outside the archive: not unpacked"))
+                ticket.skip(label, "a path outside the archive: not unpacked")
                 continue
-            if budget.members <= 0:
-                ticket.skipped.append((name, f"more than {MAX_MEMBERS} files: the rest not read"))
-                return
-            budget.members -= 1
             target = base.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             with opener() as src, open(target, "wb") as dst:
                 whole = _copy_capped(src, dst, budget)
             _add(ticket, str(target), label, target.stat().st_size, workdir, budget, depth + 1)
-            if not whole:
-                cap = MAX_UNPACKED_BYTES >> 20
-                ticket.skipped.append(
-                    (label, f"unpacks to over {cap} MiB: read in part, the rest not")
-                )
+            if not budget.bytes:
+                cap = format_bytes(MAX_TICKET_BYTES)
+                ticket.skip(label, f"the ticket unpacks to over {cap}: the rest not read")
                 return
+            if not whole:
+                ticket.skip(
+                    label, f"unpacks to over {format_bytes(MAX_MEMBER_BYTES)}: read in part"
+                )
     except (*damage, RuntimeError) as exc:
         # a cut or corrupt archive keeps what was unpacked before the damage
-        ticket.skipped.append((name, f"archive damaged: {type(exc).__name__}: {exc}"))
+        ticket.skip(name, f"archive damaged: {type(exc).__name__}: {exc}")
 
 
-def _zip_members(path: str):
+Members = Iterator[tuple[str, Callable[[], IO[bytes]] | None]]  # (name, opener; None: a folder)
+
+
+def _zip_members(path: str) -> Members:
     archive = zipfile.ZipFile(path)
     for info in archive.infolist():
-        if not info.is_dir():
-            yield info.filename, lambda info=info: archive.open(info)
+        yield info.filename, None if info.is_dir() else lambda info=info: archive.open(info)
 
 
-def _tar_members(path: str):
+def _tar_members(path: str) -> Members:
     with tarfile.open(path) as archive:
         for info in archive:
             if info.isfile():  # links, devices and fifos are never followed or made
-                yield info.name, lambda info=info: archive.extractfile(info)
+                yield info.name, lambda info=info: archive.extractfile(info)  # type: ignore[misc,return-value]
+            else:
+                yield info.name, None
 
 
-def _copy_capped(src, dst, budget: _Budget) -> bool:
-    """Copy until the ticket's decompressed budget runs out; False when it did."""
-    while chunk := src.read(1 << 20):
-        if len(chunk) > budget.bytes:
-            dst.write(chunk[: budget.bytes])
-            budget.bytes = 0
+def _copy_capped(src: IO[bytes], dst: IO[bytes], budget: _Budget) -> bool:
+    """Copy up to MAX_MEMBER_BYTES and what is left of the ticket's decompressed budget; False
+    when either ran out."""
+    left = MAX_MEMBER_BYTES
+    while chunk := src.read(min(1 << 20, left + 1, budget.bytes + 1)):
+        if len(chunk) > min(left, budget.bytes):
+            keep = min(left, budget.bytes)
+            dst.write(chunk[:keep])
+            budget.bytes -= keep
             return False
         budget.bytes -= len(chunk)
+        left -= len(chunk)
         dst.write(chunk)
     return True
 

@@ -10,9 +10,13 @@ import os
 import pickle
 import re
 import resource
+import struct
 import subprocess
 import sys
+import tarfile
 import time
+import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +58,31 @@ def _fr_pickle_around(payload_ops: bytes) -> bytes:
     return data.replace(op, payload_ops, 1)
 
 
+def _zip_of_zeros(path: Path, name: str, gib: int) -> None:
+    """A zip holding ``gib`` GiB of NUL bytes in a few MB, written by hand: one deflated MiB
+    repeated, each copy ending on a full flush, so that no copy refers back into the one
+    before (zipfile would deflate all of it)."""
+    mib = bytes(1 << 20)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = deflate.compress(mib) + deflate.flush(zlib.Z_FULL_FLUSH)
+    tail = deflate.flush()
+    count = gib << 10
+    crc = 0
+    for _ in range(count):
+        crc = zlib.crc32(mib, crc)
+    size, packed, raw = count * len(mib), len(block) * count + len(tail), name.encode()
+    fields = (0x14, 0, 8, 0, 0x21, crc, packed, size, len(raw))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", *fields, 0) + raw)
+        for _ in range(count):
+            f.write(block)
+        f.write(tail)
+        central = f.tell()
+        f.write(struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 0x14, *fields, 0, 0, 0, 0, 0, 0) + raw)
+        end = f.tell()
+        f.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, end - central, central, 0))
+
+
 # -- the cases: each writes its files under a folder and gives nccldoctor's arguments ----------
 
 
@@ -66,6 +95,15 @@ def log_digits(tmp: Path) -> list[str]:
 def nccl_tests_digits(tmp: Path) -> list[str]:
     text = (FIXTURES / "nccl_tests" / "nccl-tests-131-socket.txt").read_text()
     (tmp / "perf.txt").write_text(_bigify(text))
+    return ["explain", "--json", str(tmp / "perf.txt")]
+
+
+def nccl_tests_rows(tmp: Path) -> list[str]:
+    """A sweep of a million rows (a real one has some 30)."""
+    lines = (FIXTURES / "nccl_tests" / "nccl-tests-82-broadcast.txt").read_text().splitlines()
+    row = next(line for line in lines if line.strip()[:1].isdigit())
+    at = lines.index(row)
+    (tmp / "perf.txt").write_text("\n".join([*lines[:at], *[row] * 10**6, *lines[at:]]) + "\n")
     return ["explain", "--json", str(tmp / "perf.txt")]
 
 
@@ -131,6 +169,26 @@ def fr_many_lists(tmp: Path) -> list[str]:
     return ["explain", "--json", str(tmp)]
 
 
+def zip_of_lists(tmp: Path) -> list[str]:
+    """60M empty lists in a JSON report, zipped to some 100 KB."""
+    text = '{"schema_version": 3, "tool_version": "x", "findings": [], "kind": "explain", "x": ['
+    body = "[]," * (60 << 20)
+    with zipfile.ZipFile(tmp / "ticket.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("report.json", text + body + "[]]}")
+    return ["explain", "--json", str(tmp / "ticket.zip")]
+
+
+def nul_file(tmp: Path) -> list[str]:
+    with open(tmp / "core.log", "wb") as f:
+        f.truncate(100 << 20)  # sparse: 100 MB of NUL bytes, none written
+    return ["explain", "--json", str(tmp / "core.log")]
+
+
+def zip_of_nuls(tmp: Path) -> list[str]:
+    _zip_of_zeros(tmp / "ticket.zip", "rank0.log", 2)
+    return ["explain", "--json", str(tmp / "ticket.zip")]
+
+
 def gz_bomb(tmp: Path) -> list[str]:
     """A .gz log of gzip members that each unpack to the same MiB of NCCL lines."""
     line = (
@@ -152,10 +210,40 @@ def many_processes(tmp: Path) -> list[str]:
     return ["explain", "--json", "-j", "1", str(tmp / "stdout.log")]
 
 
+def tar_of_folders(tmp: Path) -> list[str]:
+    with tarfile.open(tmp / "ticket.tar.gz", "w:gz", compresslevel=1) as archive:
+        for i in range(100_000):
+            info = tarfile.TarInfo(f"d{i}")
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+    return ["explain", "--json", str(tmp / "ticket.tar.gz")]
+
+
+def zip_of_escapes(tmp: Path) -> list[str]:
+    with zipfile.ZipFile(tmp / "ticket.zip", "w") as archive:
+        for i in range(60_000):
+            archive.writestr(f"../x{i}", b"")
+    return ["explain", "--json", str(tmp / "ticket.zip")]
+
+
+def ras_many_ranks(tmp: Path) -> list[str]:
+    """ncclras naming a million ranks missing, each on a line of its own too."""
+    ranks = range(10**6)
+    with open(tmp / "ras.txt", "w") as f:
+        f.write(
+            "Job summary\n===========\n\nErrors\n======\n\n#0-0 (b3398875b8b2a063) INCOMPLETE\n"
+        )
+        f.write(f"  Missing communicator data from {len(ranks)} ranks\n")
+        f.write("  The missing ranks: " + ", ".join(map(str, ranks)) + "\n")
+        f.writelines(f"  Rank {r} -- GPU 0 managed by process {r} on node n{r}\n" for r in ranks)
+    return ["explain", str(tmp / "ras.txt"), "--html", str(tmp / "page.html")]
+
+
 CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     # the case, and the findings (one of them) that say what was left out
     "log_digits": (log_digits, {"logs.truncated"}),
     "nccl_tests_digits": (nccl_tests_digits, {"nccl_tests.read-in-part"}),
+    "nccl_tests_rows": (nccl_tests_rows, {"nccl_tests.read-in-part"}),
     "ras_digits": (ras_digits, {"ras.unreadable"}),
     "report_digits": (report_digits, {"ticket.not-read"}),
     "report_deep": (report_deep, {"ticket.not-read"}),
@@ -164,8 +252,14 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     "fr_deep": (fr_deep, {"flightrec.dump-unreadable"}),
     "fr_shared": (fr_shared, {"flightrec.dump-unreadable"}),
     "fr_many_lists": (fr_many_lists, {"flightrec.dump-unreadable"}),
+    "zip_of_lists": (zip_of_lists, {"ticket.not-read"}),
+    "nul_file": (nul_file, {"ticket.not-read"}),
+    "zip_of_nuls": (zip_of_nuls, {"ticket.not-read"}),
     "gz_bomb": (gz_bomb, {"logs.unreadable"}),
     "many_processes": (many_processes, {"logs.truncated"}),
+    "tar_of_folders": (tar_of_folders, {"ticket.not-read"}),
+    "zip_of_escapes": (zip_of_escapes, {"ticket.not-read"}),
+    "ras_many_ranks": (ras_many_ranks, {"ras.truncated"}),
 }
 
 

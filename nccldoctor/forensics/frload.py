@@ -9,7 +9,7 @@ list whose every walk (repr, the matching, the JSON of a report) visits 10^40 ob
 measure visits the document as any walk would, each reference again, level by level in C
 (``gc.get_referents``), and stops at ``MAX_DUMP_OBJECTS`` objects or ``MAX_DUMP_DEPTH`` levels:
 about a millisecond for a real dump of 2000 entries, a quarter of what unpickling it costs.
-JSON is measured for its nesting before it is parsed (``jsondoc.too_deep``). What the count
+JSON is measured for its size and nesting before it is parsed (``jsondoc.parse``). What the count
 does not weigh, one long string referred to by every entry, the matching bounds as it prints
 the entries (``limits.MAX_DUMP_SIGNATURE_BYTES``): weighing every string here would cost more
 than the matching itself.
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.jsondoc import too_deep
-from nccldoctor.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_JSON_DEPTH
+from nccldoctor.jsondoc import parse
+from nccldoctor.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS
 
 # References one call of get_referents may list (8 bytes each): a call lists every item of every
 # object it is given, each shared list again, and no object holds more items than its pickle has
@@ -68,9 +68,12 @@ def load_dump(data: bytes) -> Loaded:
         return Loaded(None, f"not read: over {MAX_DUMP_BYTES >> 20} MiB (torch writes under 1 MB)")
     try:
         if data.lstrip().startswith(b"{"):
-            if too_deep(data.decode("utf-8", "replace"), MAX_JSON_DEPTH):
-                return Loaded(None, f"not read: JSON nested more than {MAX_JSON_DEPTH} deep")
-            document = json.loads(data)
+            try:
+                document = parse(data.decode("utf-8", "replace"))
+            except ValueError as exc:
+                if isinstance(exc, json.JSONDecodeError):
+                    raise  # unreadable, said below as for a pickle
+                return Loaded(None, f"not read: a JSON document {exc}")
         else:
             document = _SafeUnpickler(io.BytesIO(data)).load()
     except DumpRefused as exc:

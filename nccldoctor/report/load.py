@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.jsondoc import parse
+from nccldoctor.limits import MAX_JSON_BYTES
 from nccldoctor.redact import SEAL_KEY, redact_document, sealed
 from nccldoctor.report.document import (
     NOTES_KEY,
@@ -38,7 +39,10 @@ def read_document(path: str | Path) -> dict[str, Any]:
     (``sealed``) is redacted already; any other is redacted again, whole."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)  # a longer file is never read whole, nor parsed
+        if len(data) > MAX_JSON_BYTES:
+            raise ValueError(f"of over {MAX_JSON_BYTES >> 20} MiB")
         document = parse(data.decode("utf-8"))
     except OSError as exc:
         raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from exc
