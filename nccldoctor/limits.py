@@ -68,8 +68,11 @@ MAX_TEST_ROWS = 4096
 
 # -- what the views print ---------------------------------------------------------------------------
 
-# Characters of one evidence line: NCCL's own lines are under 1 KiB; a 64 KiB line is read (and
-# cut, logs.lines-cut) but not quoted whole.
+# Characters of one evidence line or title: NCCL's own lines are under 1 KiB; a 64 KiB line is
+# read (and cut, logs.lines-cut) but not quoted whole.
 MAX_EVIDENCE_CHARS = 2000
-# Evidence lines of one finding shown: the rest are counted in one line.
-MAX_EVIDENCE_LINES = 200
+# Evidence lines of one finding: the rest are counted in one line.
+MAX_EVIDENCE_LINES = 50
+# Findings a terminal or a page shows, worst first (the JSON holds them all): each is a few
+# lines and, on the page, its field guide page; 20,000 unreadable dumps were 20,000 findings.
+MAX_SHOWN_FINDINGS = 200

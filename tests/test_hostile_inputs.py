@@ -239,6 +239,15 @@ def ras_many_ranks(tmp: Path) -> list[str]:
     return ["explain", str(tmp / "ras.txt"), "--html", str(tmp / "page.html")]
 
 
+def many_findings(tmp: Path) -> list[str]:
+    """5000 cut dumps in one zip: a finding each."""
+    cut = pickle.dumps(_fr(), 4)[:-20]
+    with zipfile.ZipFile(tmp / "ticket.zip", "w") as archive:
+        for rank in range(5000):
+            archive.writestr(f"nccl_trace_rank_{rank}", cut)
+    return ["explain", str(tmp / "ticket.zip"), "--html", str(tmp / "page.html")]
+
+
 CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     # the case, and the findings (one of them) that say what was left out
     "log_digits": (log_digits, {"logs.truncated"}),
@@ -260,6 +269,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     "tar_of_folders": (tar_of_folders, {"ticket.not-read"}),
     "zip_of_escapes": (zip_of_escapes, {"ticket.not-read"}),
     "ras_many_ranks": (ras_many_ranks, {"ras.truncated"}),
+    "many_findings": (many_findings, {"more findings not shown"}),
 }
 
 

@@ -204,6 +204,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "cluster_rows": rows,
         "cluster_columns": columns,
         "finding_groups": sections.finding_groups(document),
+        "findings_hidden": sections.findings_hidden(document),
         "summary": summary,
         "nccl_headline": sections.nccl_headline(summary),
         "matrix": sections.transport_matrix(summary),

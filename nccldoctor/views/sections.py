@@ -13,6 +13,7 @@ from typing import Any
 
 from nccldoctor import guide
 from nccldoctor.forensics.stacks import without_source_paths
+from nccldoctor.limits import MAX_SHOWN_FINDINGS
 from nccldoctor.model import AREA_TITLES
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.logs import line_kinds
@@ -68,15 +69,24 @@ def consistency(document: dict[str, Any]) -> tuple[list[tuple[str, str]], list[C
 
 
 def finding_groups(document: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """(severity, heading, findings) for each severity present, worst first; a finding that
-    fired alike on several nodes is one entry naming them (report/grouping.py)."""
-    findings = [_finding(g) for g in group_findings(document)]
-    groups = []
+    """(severity, heading, findings) for each severity present, worst first, up to
+    MAX_SHOWN_FINDINGS in all (``findings_hidden`` counts the rest); a finding that fired
+    alike on several nodes is one entry naming them (report/grouping.py)."""
+    groups, left = [], MAX_SHOWN_FINDINGS
+    found_by = {s: [g for g in group_findings(document) if g.finding.get("severity") == s]
+                for s in SEVERITY_ORDER}  # fmt: skip
     for severity in SEVERITY_ORDER:
-        found = [f for f in findings if f.get("severity") == severity]
+        found = [_finding(g) for g in found_by[severity][:left]]
+        left -= len(found)
         if found:
             groups.append((severity, SEVERITY_TITLES[severity], found))
     return groups
+
+
+def findings_hidden(document: dict[str, Any]) -> int:
+    """The findings past MAX_SHOWN_FINDINGS that a view leaves out."""
+    shown = [g for g in group_findings(document) if g.finding.get("severity") in SEVERITY_ORDER]
+    return max(0, len(shown) - MAX_SHOWN_FINDINGS)
 
 
 def _finding(group: FindingGroup) -> dict[str, Any]:

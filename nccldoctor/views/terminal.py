@@ -10,6 +10,7 @@ from rich.text import Text
 
 from nccldoctor import guide
 from nccldoctor.forensics.stacks import without_cpp_frames, without_source_paths
+from nccldoctor.limits import MAX_SHOWN_FINDINGS
 from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
@@ -52,6 +53,7 @@ def render_terminal(
     notes = [str(n) for n in values(document.get("load_notes"))]
     lines += [Text(f"Note: {note}", style="yellow") for note in notes] + ([Text()] if notes else [])
     area_levels: list[Severity] = []
+    left = MAX_SHOWN_FINDINGS  # findings shown, worst of each area first; the rest counted
     for area in AREAS:
         found = [(s, g) for s, g in findings if g.finding.get("area") == area]
         if not found and area not in area_status:
@@ -71,9 +73,12 @@ def render_terminal(
             head.append(f" ({status})")
         lines.append(head)
         shown = [(s, f) for s, f in found if verbose or s in _PROBLEMS]
-        for severity, finding in sorted(shown, key=lambda sf: -sf[0].rank):
+        for severity, finding in sorted(shown, key=lambda sf: -sf[0].rank)[: max(0, left)]:
             explains = consequences.get(str(finding.finding.get("id")), [])
             lines.extend(_finding_lines(severity, finding, marks, verbose, several_nodes, explains))
+        left -= len(shown)
+    if left < 0:
+        lines.append(Text(f"{-left} more findings not shown: the JSON report holds them all."))
     lines.append(Text())
     lines.append(_summary(document, area_levels, marks))
     return Group(*lines)
