@@ -341,3 +341,14 @@ def test_log_stops_come_only_from_one_world_sized_communicator():
     assert _world_log_stops({"communicators": [comm(2, "a"), comm(2, "b")]}) == {}  # which?
     assert _world_log_stops({"communicators": "garbage"}) == {}
     assert _world_log_stops(None) == {}
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz", "w:bz2", "w:xz"])
+def test_a_tar_is_told_by_its_first_header_through_each_compression(tmp_path, mode):
+    archive = tmp_path / "t.tar"
+    with tarfile.open(archive, mode) as tar:
+        tar.add(TESTS / "nccl-tests-287-alltoall.txt", "a.txt")
+    assert ticket_module._is_tar(str(archive))
+    nuls = tmp_path / "nuls"
+    nuls.write_bytes(bytes(10 << 20))  # what tarfile took for an empty archive, through xz
+    assert not ticket_module._is_tar(str(nuls))
