@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -236,3 +237,22 @@ def test_a_report_that_breaks_the_merge_is_left_out_and_the_rest_merged(monkeypa
         rejected.node == "node-b" and "the merge failed on it: KeyError: 'poison'" in rejected.title
     )
     assert cluster.extra["run"]["nodes_reported"] == 2  # the master's and node-c's
+
+
+def test_the_master_keeps_its_store_up_until_every_node_read_the_verdict(store, monkeypatch):
+    """The store goes down with the master's agent: a node that asked for the verdict a moment
+    after it was set found no store, and exited with its own code, not the cluster's."""
+    keys = rendezvous.Keys("run1")
+    gather.publish(store, keys, 1, Report.from_dict(copy.deepcopy(HEALTHY)), Path("/n1.json"))
+    announced = threading.Thread(target=gather.announce_verdict, args=(store, keys, 1))
+    announced.start()
+    time.sleep(0.3)
+    assert announced.is_alive()  # node1 has not read it yet
+    assert gather.await_verdict(store, keys, 5) == 1
+    announced.join(timeout=1)
+    assert not announced.is_alive()
+    monkeypatch.setattr(gather, "VERDICT_LINGER_S", 0.3)
+    gather.publish(store, keys, 2, Report.from_dict(copy.deepcopy(HEALTHY)), Path("/n2.json"))
+    start = time.monotonic()
+    gather.announce_verdict(store, keys, 1)  # node2 never reads: the master goes at the bound
+    assert 0.3 <= time.monotonic() - start < 1

@@ -109,7 +109,8 @@ class Gate:
         token_from: str = "",
     ) -> None:
         self._token = token.encode() if token else None
-        # said to a refused node, so that a node started outside the job can tell why
+        # for the report: a node started outside the job is told why there (a stranger is not
+        # told whether the token is derived from a job id)
         self._refused = (
             f"{REFUSED} (the master's: {token_origin(token_from)})" if token_from else REFUSED
         )
@@ -211,7 +212,7 @@ class Gate:
         node = _name(request.get("node"))
         if not self._token_ok(request.get("token")):
             self._record(Hello(node, "", peer, False, self._refused, time.time()))
-            send(conn, {"ok": False, "error": f"refused: {self._refused}"})
+            send(conn, {"ok": False, "error": f"refused: {REFUSED}"})
             return
         op = request.get("op")
         if op == "hello":
@@ -277,10 +278,12 @@ class Gate:
         return isinstance(offered, str) and hmac.compare_digest(offered.encode(), self._token)
 
     def _record(self, hello: Hello) -> None:
+        """Keep ``hello``, or count it: the accepted ones up to the expected nodes (and a few),
+        the refused ones up to REFUSED_KEPT, each on its own, so strangers never crowd out a
+        node."""
         with self._lock:
-            refused = sum(not h.accepted for h in self.hellos)
-            room = (refused < REFUSED_KEPT) if not hello.accepted else True
-            if room and len(self.hellos) < self._limits.knocks:
+            kept = sum(h.accepted == hello.accepted for h in self.hellos)
+            if kept < (self._limits.knocks if hello.accepted else REFUSED_KEPT):
                 self.hellos.append(hello)
                 return
             self._excess[hello.seen] += 1

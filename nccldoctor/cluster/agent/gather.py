@@ -24,6 +24,7 @@ from nccldoctor.report import Report
 from nccldoctor.report.document import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_OK, with_summaries
 
 STORE_PING_S = 2.0  # a live store answers in milliseconds; a dying master never does
+VERDICT_LINGER_S = 5.0  # a node waiting for the verdict reads it in milliseconds
 
 
 def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
@@ -37,15 +38,24 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
     doc["cluster"] = {**doc.get("cluster", {}), "nodes": []}
     doc = with_summaries(doc)
     with contextlib.suppress(Exception):
+        store.add(keys.handed, 1)  # before the result: the master waits for this many readers
         version = int(store.add(keys.results(node_rank), 1))
         store.set(keys.result(node_rank, version), json.dumps(doc))
 
 
 def announce_verdict(store: Any, keys: rendezvous.Keys, exit_code: int) -> None:
     """The master, after writing the cluster report: its exit code, for every node to exit with
-    (best effort: a node that does not hear it exits with its own)."""
+    (best effort: a node that does not hear it exits with its own). The store goes down with
+    the master's agent, so it stays up until every node that handed a report over has read the
+    verdict, VERDICT_LINGER_S at most: a node asking a moment later got no answer, and exited
+    with its own code where the cluster's differed."""
+    deadline = time.monotonic() + VERDICT_LINGER_S
     with contextlib.suppress(Exception):
         store.set(keys.verdict, str(exit_code))
+        while int(store.add(keys.verdict_read, 0)) < int(store.add(keys.handed, 0)):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
 
 def await_verdict(store: Any, keys: rendezvous.Keys, timeout_s: float) -> int | None:
@@ -62,6 +72,7 @@ def await_verdict(store: Any, keys: rendezvous.Keys, timeout_s: float) -> int | 
                 return None
             rendezvous.wait_a_little(store, [keys.verdict])
         verdict = int(store.get(keys.verdict)[:8])
+        store.add(keys.verdict_read, 1)  # the master may go now
     except Exception:  # the master's store went away (DistNetworkError, RuntimeError), or junk
         return None
     # anyone who reaches the store may have written it

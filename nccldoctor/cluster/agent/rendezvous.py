@@ -130,6 +130,16 @@ class Keys:
         """The cluster report's exit code, set by the master once that report is written."""
         return f"{self.prefix}/verdict"
 
+    @property
+    def handed(self) -> str:
+        """How many nodes handed their report over (and so will read the verdict)."""
+        return f"{self.prefix}/handed"
+
+    @property
+    def verdict_read(self) -> str:
+        """How many nodes read the verdict: the master keeps its store up until all did."""
+        return f"{self.prefix}/verdict-read"
+
 
 def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:
     """Take a slot (the master's is 0) and write this node's entry; the slot."""
