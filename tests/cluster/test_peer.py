@@ -111,6 +111,7 @@ ENTRY = {"slot": 1, "name": "node1", "advertised": "198.18.0.2", "seen": "198.18
         ({"skew_s": float("nan")}, "skew_s is not a finite number"),
         ({"facts": {"node": 5}}, "facts: node is an integer, not string"),
         ({"admin": True}, "an unknown key 'admin'"),
+        ({"seen": "198.18.0.2\x1b[2J"}, "its seen address is not an address"),
     ],
 )
 def test_a_node_entry_that_is_not_one_is_refused_with_why(change, why):

@@ -79,3 +79,14 @@ def test_the_masters_report_says_where_its_token_came_from():
     finally:
         server.close()
     assert gate.token_origin("") == "none: no --token and no job identity"
+
+
+def test_check_help_says_the_master_trusts_its_network_without_a_token():
+    from typer.testing import CliRunner
+
+    from nccldoctor.cli.app import app
+
+    result = CliRunner().invoke(app, ["check", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Default: derived from the job's id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID" in text
+    assert "Without either, the master trusts its network" in text

@@ -86,6 +86,10 @@ def node_entry(raw: bytes | str, slot: int) -> tuple[dict[str, Any] | None, str]
     name = data.get("name")
     if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS or not name.isprintable():
         return None, "its name is not a host name"
+    for key in ("advertised", "seen"):  # addresses, quoted in findings and the report
+        text = data.get(key, "")
+        if len(text) > NAME_CHARS or not text.isprintable():
+            return None, f"its {key} address is not an address"
     if not 0 < data.get("procs", 1) <= _MAX_PROCS:
         return None, f"procs {data['procs']} is not 1..{_MAX_PROCS}"
     if not math.isfinite(data.get("skew_s", 0.0)):
