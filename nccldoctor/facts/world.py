@@ -46,7 +46,7 @@ class HelloFlood:
     count: int
     refused: int  # of them without the token
     peers: Sequence[str]  # the addresses that knocked most
-    addresses: int  # how many addresses knocked
+    addresses: int  # how many addresses knocked (told apart up to gate.FLOOD_ADDRESSES)
     expected: int | None  # the nodes the run expected (None: not known)
 
 

@@ -208,6 +208,15 @@ def test_knocks_past_the_expected_nodes_are_counted_not_kept(server):
     assert flood.peers == ("127.0.0.1",) and flood.addresses == 1
 
 
+def test_knocks_from_ever_more_addresses_are_counted_in_bounded_memory(server, monkeypatch):
+    monkeypatch.setattr(gate, "FLOOD_ADDRESSES", 2)
+    for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+        for _ in range(gate.REFUSED_KEPT):
+            ask(server, {"op": "hello", "node": "x", "token": "nope"}, source)
+    flood = server.flood()
+    assert (flood.count, flood.addresses) == (3 * gate.REFUSED_KEPT, 2)
+
+
 def test_refused_knocks_are_kept_only_a_few(monkeypatch):
     server = Gate(free_port(), "secret", "run1", bind="127.0.0.1")  # node count unknown
     try:

@@ -57,6 +57,7 @@ REFUSED_KEPT = 16  # refused knocks kept one by one (a finding each); the rest a
 KNOCK_SLACK = 4  # knocks kept beyond the expected nodes: a second master, a retried hello
 KNOCKS_UNKNOWN = 4096  # knocks kept when the node count is not known
 FLOOD_PEERS = 8  # addresses of the excess knocks named
+FLOOD_ADDRESSES = 1024  # addresses counted one by one; knocks from more are counted together
 ACCEPT_PAUSE_S = 0.05  # after a failed accept (out of file descriptors): not a busy loop
 REFUSED = "wrong or missing token"
 BUSY = {"ok": False, "busy": True, "error": "busy: too many connections, retry"}
@@ -109,8 +110,8 @@ class Gate:
         token_from: str = "",
     ) -> None:
         self._token = token.encode() if token else None
-        # for the report: a node started outside the job is told why there (a stranger is not
-        # told whether the token is derived from a job id)
+        # the reason in the report, for an operator whose node was started outside the job; the
+        # refused peer is told no more than REFUSED (not that the token comes from a job id)
         self._refused = (
             f"{REFUSED} (the master's: {token_origin(token_from)})" if token_from else REFUSED
         )
@@ -124,6 +125,7 @@ class Gate:
         self.hellos: list[Hello] = []
         self._excess: Counter[str] = Counter()  # knocks past the kept ones, by peer address
         self._excess_refused = 0
+        self._excess_elsewhere = 0  # from addresses past FLOOD_ADDRESSES
         self.tcp_gbps: dict[str, float] = {}
         self._sock = socket.create_server((bind, port), reuse_port=False)
         # Port 0: the kernel picks from ip_local_port_range, as for gloo's and NCCL's listeners.
@@ -286,7 +288,10 @@ class Gate:
             if kept < (self._limits.knocks if hello.accepted else REFUSED_KEPT):
                 self.hellos.append(hello)
                 return
-            self._excess[hello.seen] += 1
+            if hello.seen in self._excess or len(self._excess) < FLOOD_ADDRESSES:
+                self._excess[hello.seen] += 1
+            else:
+                self._excess_elsewhere += 1
             self._excess_refused += not hello.accepted
 
     def _note(self, node: str, peer: str, error: str) -> None:
@@ -306,8 +311,9 @@ class Gate:
             if not self._excess:
                 return None
             peers = tuple(peer for peer, _ in self._excess.most_common(FLOOD_PEERS))
-            return HelloFlood(sum(self._excess.values()), self._excess_refused, peers,
-                              len(self._excess), self._limits.expected)  # fmt: skip
+            count = sum(self._excess.values()) + self._excess_elsewhere
+            return HelloFlood(count, self._excess_refused, peers, len(self._excess),
+                              self._limits.expected)  # fmt: skip
 
 
 def open_gate(config: CheckConfig, run_id: str) -> Gate:
