@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,12 @@ def test_report_show_of_a_crafted_report_prints_no_sequence(tmp_path):
     for colour in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
         out = _run(["report", str(path), "-v"], **colour)
         assert " a  b link" in out and not _unsafe(out)
+
+
+def test_cleaning_a_line_of_introducers_is_one_pass():
+    """A hostile line of a million OSC or CSI introducers is cleaned in one pass, not one per
+    introducer (each used to search the rest of the line for its terminator)."""
+    for introducers in ("\x9d", "\x1b]", "\x1bP\x9b", "\x1b"):
+        started = time.perf_counter()
+        assert clean(introducers * 300_000 + "\nend") == "\nend"
+        assert time.perf_counter() - started < 5

@@ -20,13 +20,14 @@ from rich.segment import Segment
 
 # Whole sequences go, so their arguments (a title, a URL, base64 for the clipboard) do not stay
 # behind as text: CSI (7-bit and C1); OSC, DCS, SOS, PM and APC strings up to their terminator
-# (BEL or ST), or, with none before the next escape or line end (rich's Text drops BEL before a
-# segment gets here), up to the next whitespace or control; any other escape; every C0 and C1
-# control and DEL but newline and tab.
+# (BEL or ST), or, with none before the next control (rich's Text drops BEL before a segment
+# gets here), up to the next whitespace; any other escape; every C0 and C1 control and DEL but
+# newline and tab. A string's body holds no control, so a search for its terminator stops at
+# the next one: a line of a million OSC introducers costs one pass, not a million.
 _CONTROL = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])"
-    r"(?:[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)|[^\s\x00-\x1f\x7f-\x9f]*)"
+    r"(?:[^\x00-\x1f\x7f-\x9f]*(?:\x07|\x1b\\|\x9c)|[^\s\x00-\x1f\x7f-\x9f]*)"
     r"|\x1b[!-/]*[0-~]?"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
 )
