@@ -1,4 +1,5 @@
-"""The one place that owns rich: report output to stdout, chatter to stderr, JSON straight out."""
+"""The one place that owns rich: report output to stdout, chatter to stderr, JSON straight out.
+Its consoles are cleanterm's, which drop the control sequences of text from outside."""
 
 from __future__ import annotations
 
