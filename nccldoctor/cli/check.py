@@ -134,7 +134,7 @@ def check(
     html: HtmlPath = None,
     no_html: NoHtml = False,
 ) -> None:
-    """Check that the nodes can train together. Exit 0 healthy, 1 problems, 2 usage, 3 incomplete."""
+    """Check that the nodes can train together."""
     from nccldoctor.cluster.agent.node import run_check
 
     try:

@@ -45,7 +45,7 @@ def demo(
     html: HtmlPath = None,
     no_html: NoHtml = False,
 ) -> None:
-    """Run `nccldoctor check` on simulated nodes here (gloo). Exit code: the cluster's."""
+    """Run `nccldoctor check` on simulated nodes here (gloo); it exits as check does."""
     from nccldoctor.cluster.rundir import RunFolderError
     from nccldoctor.lab.demo import SCENARIOS, run_demo
     from nccldoctor.lab.netns import NetLabError
