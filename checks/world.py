@@ -75,17 +75,15 @@ def store_rejected(seen: WorldSeen) -> list[Problem]:
 
     The master checks each against the report's schema (size, nesting, types) before it uses
     it: a bad entry is left out of the world, a bad result out of the merge (the node's own
-    result, when it came too, is merged)."""
+    result, when it came too, is merged), and so is a second report in one node's name."""
     if seen.rendezvous is None:
         return []
     problems = []
     for bad in seen.rendezvous.rejected:
         if bad.what == "entry":
-            title = (
-                f"a node entry written as {bad.node} was not one ({bad.why}): left out of the world"
-            )
+            title = f"a node entry written as {bad.node} was left out of the world: {bad.why}"
         else:
-            title = f"a result written as node {bad.node}'s was not one ({bad.why}): not merged"
+            title = f"a result written as node {bad.node}'s was left out of the merge: {bad.why}"
         problems.append(Problem(Severity.FAIL, title, [f"store key {bad.key}: {bad.why}"],
                                 _OUTSIDERS_FIX, node=bad.node))  # fmt: skip
     return problems

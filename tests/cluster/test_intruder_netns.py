@@ -64,8 +64,8 @@ def test_a_forged_node_and_bad_results_leave_the_real_nodes_healthy(lab):
     assert cluster["run"]["nodes_reported"] == 2  # node1's own result, merged
     rejected = [(f["node"], f["title"]) for f in cluster["findings"]
                 if f["id"] == "run.store-rejected"]  # fmt: skip
-    assert rejected[0] == ("intruder", "a node entry written as intruder was not one (nested "
-                                       "more than 48 deep): left out of the world")  # fmt: skip
+    assert rejected[0] == ("intruder", "a node entry written as intruder was left out of the "
+                                       "world: nested more than 48 deep")  # fmt: skip
     assert [node for node, _ in rejected[1:]] == ["node1"] * 3
     assert "nested too deep to parse" in rejected[1][1]
     assert "Exceeds the limit (4300 digits)" in rejected[2][1]

@@ -161,6 +161,7 @@ def test_a_bad_result_in_a_nodes_name_does_not_hide_its_own(store):
     store.set(keys.result(1, int(store.add(keys.results(1), 1))), with_(("exit_code",), 10**40))
     own = Report.from_dict(copy.deepcopy(HEALTHY))
     gather.publish(store, keys, 1, own, Path("/tmp/check-node1.json"))
+    store.set(keys.result(1, int(store.add(keys.results(1), 1))), json.dumps(HEALTHY))  # forged
     store.add(keys.results(2), 1)  # a number taken, nothing written: never waited for alone
     store.set(keys.phase(2), "\x1b]0;x\x07" + "w" * 10_000)
     rejected: list[Rejected] = []
@@ -169,8 +170,9 @@ def test_a_bad_result_in_a_nodes_name_does_not_hide_its_own(store):
     )
     assert list(results) == [1] and results[1].extra["report_path"] == "/tmp/check-node1.json"
     assert lost == {2: "]0;x" + "w" * 58}  # 64 bytes, less the control codes
-    assert [(r.what, r.node, r.key) for r in rejected] == [("result", "node1", "result/1/1"),
-                                                           ("result", "node1", "result/1/2")]  # fmt: skip
+    assert [(r.node, r.key) for r in rejected] == [("node1", "result/1/1"), ("node1", "result/1/2"),
+                                                   ("node1", "result/1/4")]  # fmt: skip
+    assert rejected[2].why == "a second report in its name (result/1/3 was merged)"
     assert rejected[1].why == "an integer of 41 digits"
 
 
@@ -197,9 +199,9 @@ def test_the_master_names_a_flood_and_every_rejection_in_one_finding_each():
     assert found["run.hello-flood"].evidence == ["from 198.18.0.9, 198.18.0.8 and 3 more addresses"]
     titles = [(f.node, f.title) for f in run_checks("world", seen) if f.id == "run.store-rejected"]
     assert titles == [
-        ("intruder", "a node entry written as intruder was not one (nested more than 48 deep): "
-                     "left out of the world"),
-        ("n1", "a result written as node n1's was not one (not JSON): not merged"),
+        ("intruder", "a node entry written as intruder was left out of the world: nested more "
+                     "than 48 deep"),
+        ("n1", "a result written as node n1's was left out of the merge: not JSON"),
     ]  # fmt: skip
 
 

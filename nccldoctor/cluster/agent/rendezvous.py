@@ -307,34 +307,52 @@ def gather_results(
 ) -> tuple[dict[int, Report], dict[int, str]]:
     """The exit barrier: each node's report (``node_ranks``: node rank -> name), the first
     version of its result that is a report, waiting until ``deadline``; (results, last phases of
-    the nodes that never reported one). The versions that are not go to ``rejected``."""
+    the nodes that never reported one). The other versions written by the end, bad ones and a
+    second report in the same node's name alike, go to ``rejected``: a node writes one."""
     results: dict[int, Report] = {}
+    merged: dict[int, str] = {}  # node rank -> the key of the version taken
     read: dict[int, set[int]] = {rank: set() for rank in node_ranks}
     pending = set(node_ranks)
-    while pending:
-        for rank in sorted(pending):
-            written = int(store.add(keys.results(rank), 0))
-            for version in _window(written):
-                key = keys.result(rank, version)
-                if version == 0 or version in read[rank] or not store.check([key]):
-                    continue
-                read[rank].add(version)
-                report, why = peer.node_result(store.get(key))
-                if report is None:
-                    _reject(rejected, Rejected("result", node_ranks[rank], keys.short(key), why))
-                    continue
-                results[rank] = report
+
+    def look(rank: int) -> None:
+        for version, raw in _unread(store, keys, rank, read[rank]):
+            key = keys.short(keys.result(rank, version))
+            report, why = peer.node_result(raw)
+            if report is not None and rank in pending:
+                results[rank], merged[rank] = report, key
                 pending.discard(rank)
-                break
+                continue
+            if report is not None:
+                why = f"a second report in its name ({merged[rank]} was merged)"
+            _reject(rejected, Rejected("result", node_ranks[rank], key, why))
+
+    while True:
+        for rank in sorted(pending):
+            look(rank)
         if not pending or time.monotonic() >= deadline:
             break
         nexts = [keys.result(r, int(store.add(keys.results(r), 0)) + 1) for r in pending]
         wait_a_little(store, nexts)  # the next version of any: a node's own is one
+    for rank in sorted(results):  # what was written in their names since
+        look(rank)
     last_phase = {}
     for rank in pending:
         phase = store.get(keys.phase(rank)) if store.check([keys.phase(rank)]) else b"unknown"
         last_phase[rank] = _phase_name(phase)
     return results, last_phase
+
+
+def _unread(store: Any, keys: Keys, rank: int, read: set[int]) -> list[tuple[int, bytes]]:
+    """The versions of ``rank``'s result written since the last look (the newest SCAN), each
+    once; a number taken but not yet written is looked at again next time."""
+    found = []
+    for version in _window(int(store.add(keys.results(rank), 0))):
+        key = keys.result(rank, version)
+        if version == 0 or version in read or not store.check([key]):
+            continue
+        read.add(version)
+        found.append((version, store.get(key)))
+    return found
 
 
 def _phase_name(raw: bytes) -> str:
