@@ -18,6 +18,7 @@ from nccldoctor.cli.console import (
     stdout,
     write_page,
 )
+from nccldoctor.cli.progress import Progress
 from nccldoctor.cluster.timeouts import TimeoutsError, timeouts_from
 
 
@@ -62,10 +63,10 @@ def demo(
         raise abort(str(exc)) from None
     check_args = ["--backend", "gloo", "--procs-per-node", str(procs_per_node),
                   "--timeout", str(timeout)]  # fmt: skip
-    try:
-        result = run_demo(nodes, out, check_args, timeouts, os.environ,
-                          progress=lambda m: stderr.print(m),
-                          use_netns=False if loopback else None, scenario=scenario)  # fmt: skip
+    try:  # the master's phases on the live line, as `check` shows its own
+        with Progress(stderr.real(), timeouts.agent_phase) as shown:
+            result = run_demo(nodes, out, check_args, timeouts, os.environ, progress=shown,
+                              use_netns=False if loopback else None, scenario=scenario)  # fmt: skip
     except NetLabError as exc:
         raise abort(f"{exc} (try --loopback)", code=3) from None
     except RunFolderError as exc:

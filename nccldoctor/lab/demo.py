@@ -92,7 +92,7 @@ def run_demo(
                                          host=lab.hosts[i] if lab else None, stdout=log,
                                          stderr=subprocess.STDOUT))  # fmt: skip
             progress(f"{name}: started (nccldoctor check {' '.join(args)})")
-        _wait(procs, time.monotonic() + budget, progress)
+        _wait(procs, time.monotonic() + budget, progress, _PhaseLines(logs[0]))
     finally:
         for proc in procs:
             _end(proc)
@@ -129,9 +129,47 @@ def _node_logs(out: Path, names: Sequence[str], run: str) -> list[Path]:
     return logs
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float, progress: Callable[[str], None]) -> None:
+class _PhaseLines:
+    """The master's phase lines as its agent writes them to its output ("workers ...",
+    "workers ok (3.1 s) ..."), read as they come: the demo's own live line shows where the run
+    is, instead of half a minute of silence while a phase waits out its deadline."""
+
+    _LAST = "cluster report:"  # the agent's last line before its report
+
+    def __init__(self, path: Path) -> None:
+        # past the demo's own first line, written before the node started
+        self.path, self.offset, self.done = path, path.stat().st_size, False
+
+    def new(self) -> list[str]:
+        if self.done:
+            return []
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self.offset)
+                data = log.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self.offset += len(complete)
+        shown = []
+        for line in complete.decode("utf-8", "replace").splitlines():
+            shown.append(line)
+            if line.startswith(self._LAST):
+                self.done = True
+                break
+        return shown
+
+
+def _wait(
+    procs: list[subprocess.Popen],
+    deadline: float,
+    progress: Callable[[str], None],
+    phases: _PhaseLines,
+) -> None:
     pending = list(enumerate(procs))
     while pending and time.monotonic() < deadline:
+        for line in phases.new():
+            progress(line)
         for item in list(pending):
             i, proc = item
             if proc.poll() is not None:

@@ -75,6 +75,10 @@ def test_the_users_loop_docker_bridge_then_host_network_in_one_folder(tmp_path):
     bridge = run_demo(2, tmp_path, ARGS, timeouts_from(20), env, scenario="docker-bridge")
     assert bridge.exit_code == 1 and bridge.report is not None
     assert bridge.report.extra["hang"]["cause"]["category"] == "docker_network"
+    # the first line a person reads names the cause and its fix, in one glance
+    line = bridge.report.to_dict()["headline"]["line"]
+    assert "bridge network" in line and line.endswith("→ run the containers with --network host")
+    assert len(line) <= 160 and "/__w/" not in line
     host = run_demo(2, tmp_path, ARGS, timeouts_from(20), env, scenario="docker-host")
     assert host.exit_code == 0 and host.report is not None, host.node_logs
     doc = host.report.to_dict()
