@@ -240,3 +240,19 @@ def test_read_line_leaves_what_follows_the_newline_in_the_socket():
             wire.read_line(left, time.monotonic() + 1, limit=10)
         with pytest.raises(TimeoutError):
             wire.read_line(left, time.monotonic() + 0.2)
+
+
+def test_a_thread_that_cannot_start_turns_the_client_away_and_the_loop_goes_on(server, monkeypatch):
+    """1500 dials once exhausted the threads and the accept loop died of it."""
+    real = threading.Thread.start
+    failed = []
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name != "nccldoctor-gate" and not failed:
+            failed.append(thread)
+            raise RuntimeError("can't start new thread")
+        real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert ask(server, {"op": "whoami", "token": "secret"})["busy"] is True
+    assert failed and hello(server).ok
