@@ -11,7 +11,9 @@ import ipaddress
 from collections.abc import Callable, Sequence
 
 from checks import RANKS_STOPPED, Problem, check
+from checks.netfacts import interface_named, master_interface
 from nccldoctor.facts import NodeFacts
+from nccldoctor.facts.network import Interface
 from nccldoctor.model import Severity
 
 # Variables that differ by design from node to node (files per host, ranks, addresses).
@@ -154,15 +156,10 @@ def master_address_differs(nodes: list[NodeFacts]) -> Problem | None:
     )
 
 
-def _route_interface(facts: NodeFacts):
-    """The interface this node reaches the master through (the master: the one holding it)."""
-    net = facts.network
-    route = net.route_to_master
-    name = route.interface if route else None
-    if name in (None, "lo") and route and route.source:
-        name = next((i.name for i in net.interfaces
-                     if any(a.split("/")[0] == route.source for a in i.ipv4)), name)  # fmt: skip
-    return next((i for i in net.interfaces if i.name == name), None)
+def _route_interface(facts: NodeFacts) -> Interface | None:
+    """The interface this node reaches the master through (the master: the one holding it),
+    as every rule finds it (checks/netfacts.py), so that two rules never disagree on it."""
+    return interface_named(facts.network, master_interface(facts.network))
 
 
 @check("cluster.mtu-differs", area="cluster", category="interface_selection", scope="cluster")

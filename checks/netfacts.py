@@ -49,16 +49,18 @@ def route_line(net: NetworkFacts) -> str:
 def master_interface(net: NetworkFacts) -> str | None:
     """The interface that carries traffic to the master: the one holding the master's address
     when this node is the master (its kernel route is loopback), else the routed one."""
+    route = net.route_to_master
+    # the master's own addresses, and the source of its kernel route to itself (over lo)
+    held = set(net.master_addresses) | ({route.source} if route and route.source else set())
     own = [
         i.name
         for i in net.interfaces
-        if i.kind != "loopback"
-        and any(a.split("/")[0] in net.master_addresses for a in i.ipv4 + i.ipv6)
+        if i.kind != "loopback" and any(a.split("/")[0] in held for a in i.ipv4 + i.ipv6)
     ]
-    if own:
-        return own[0]
-    route = interface_named(net, route_device(net))
-    return route.name if route is not None and route.kind != "loopback" else None
+    routed = interface_named(net, route_device(net))
+    if routed is not None and routed.kind != "loopback":
+        return routed.name
+    return own[0] if own else None
 
 
 def suggested_ifname(net: NetworkFacts) -> str:
