@@ -16,9 +16,10 @@ def test_explain_document_with_a_node_count_loads(tmp_path):
     assert json.loads(path.read_text())["nccl_version"] == "2.21.5"
 
 
-def test_a_document_states_its_exit_code_or_its_findings_give_it() -> None:
+def test_a_documents_findings_and_completed_give_its_exit_code_never_its_field() -> None:
     failing = [{"id": "x", "severity": "fail"}]
-    assert document_exit_code({"exit_code": 0, "findings": failing}) == 0  # as it states
+    assert document_exit_code({"exit_code": 0, "findings": failing}) == 1
+    assert document_exit_code({"exit_code": 0, "completed": False}) == 3
     assert document_exit_code({"findings": failing}) == 1
     assert document_exit_code({"exit_code": "1", "findings": [{"severity": "warn"}]}) == 0
     assert document_exit_code({"exit_code": True, "completed": False}) == 3

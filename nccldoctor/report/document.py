@@ -139,11 +139,9 @@ def _node_dicts(nodes: list[NodeFacts]) -> list[dict[str, Any]]:
 
 
 def document_exit_code(document: dict[str, Any]) -> int:
-    """The exit code a document states (``exit_code``), else the one its ``completed`` and
-    findings give, as :attr:`Report.exit_code` does."""
-    stated = document.get("exit_code")
-    if stated in (EXIT_OK, EXIT_FAIL, EXIT_INCOMPLETE) and not isinstance(stated, bool):
-        return stated
+    """The exit code a document's ``completed`` and findings give, as :attr:`Report.exit_code`
+    does; never its ``exit_code`` field, which a stranger's file may state against its findings
+    (300k failing findings under exit_code 0 once exited 0)."""
     if document.get("completed") is False:
         return EXIT_INCOMPLETE
     findings = document.get("findings")

@@ -182,3 +182,18 @@ def test_show_is_the_default_and_merge_needs_a_report() -> None:
     assert explicit.exit_code == default.exit_code == 0 and explicit.stdout == default.stdout
     assert runner.invoke(app, ["report", "merge"]).exit_code == 2
     assert "merge" in runner.invoke(app, ["report", "--help"]).stdout
+
+
+def test_show_exits_with_the_code_the_findings_give_not_the_one_the_file_states(
+    tmp_path: Path,
+) -> None:
+    """A stranger's report that says exit_code 0 over failing findings exits 1, and 3 when it
+    says it did not complete."""
+    document = json.loads((REPORTS / "failed-check.json").read_text())
+    document["exit_code"] = 0
+    (tmp_path / "failed.json").write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", "show", str(tmp_path / "failed.json"), "--json"])
+    assert result.exit_code == 1, result.output
+    document = {**json.loads((REPORTS / "healthy-check.json").read_text()), "completed": False}
+    (tmp_path / "cut.json").write_text(json.dumps(document))
+    assert runner.invoke(app, ["report", str(tmp_path / "cut.json"), "--json"]).exit_code == 3
