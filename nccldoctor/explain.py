@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -242,4 +243,19 @@ def explain_ticket(
     for name, why in unread:  # the ticket.not-read finding names them with the rest
         ticket.skip(name, why)
     findings.extend(run_checks("ticket", ticket))
-    return extra, findings
+    name = ticket.namer()
+    return _named(extra, name), [
+        replace(f, title=name(f.title), evidence=[name(e) for e in f.evidence], fix=name(f.fix))
+        for f in findings
+    ]
+
+
+def _named(value: Any, name: Callable[[str], str]) -> Any:
+    """``value`` (a report section) with every text's paths as ``name`` gives them."""
+    if isinstance(value, str):
+        return name(value)
+    if isinstance(value, list):
+        return [_named(v, name) for v in value]
+    if isinstance(value, dict):
+        return {k: _named(v, name) for k, v in value.items()}
+    return value

@@ -12,7 +12,9 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import os
 import re
+import stat
 import tarfile
 import zipfile
 import zlib
@@ -29,7 +31,7 @@ from nccldoctor.limits import (
     MAX_SKIPPED_NAMED,
     MAX_TICKET_BYTES,
 )
-from nccldoctor.ncclog.inputs import STDIN, InputError, expand_inputs
+from nccldoctor.ncclog.inputs import STDIN, InputError, not_a_file, walk_inputs
 from nccldoctor.units import format_bytes
 
 MAX_DEPTH = 2  # an archive inside an archive is unpacked; one deeper is not
@@ -41,6 +43,8 @@ _DECOMPRESSORS: dict[bytes, Callable[[], bz2.BZ2Decompressor | lzma.LZMADecompre
     b"\xfd7zXZ\x00": lzma.LZMADecompressor,
 }
 _TAR_BLOCK = 512
+_TAR_MODES = {tarfile.SYMTYPE: stat.S_IFLNK, tarfile.FIFOTYPE: stat.S_IFIFO,
+              tarfile.CHRTYPE: stat.S_IFCHR, tarfile.BLKTYPE: stat.S_IFBLK}  # fmt: skip
 
 
 def _text(head: bytes) -> str:
@@ -112,6 +116,7 @@ class Ticket:
     files: list[Attachment] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
     more_skipped: int = 0  # not read past the MAX_SKIPPED_NAMED named in ``skipped``
+    unpacked: dict[str, str] = field(default_factory=dict)  # an archive's working folder: its name
 
     def of_kind(self, kind: str) -> list[Attachment]:
         return [f for f in self.files if kind in f.kinds]
@@ -122,6 +127,15 @@ class Ticket:
             self.skipped.append((name, why))
         else:
             self.more_skipped += 1
+
+    def namer(self) -> Callable[[str], str]:
+        """What turns a text's paths of unpacked members into their names, ``archive:member``:
+        the readers open the working folder's files, the user knows the ticket's."""
+        if not self.unpacked:
+            return str
+        bases = sorted(self.unpacked, key=len, reverse=True)
+        where = re.compile("|".join(re.escape(base + os.sep) for base in bases))
+        return lambda text: where.sub(lambda m: self.unpacked[m.group()[:-1]] + ":", text)
 
     def summary(self) -> dict[str, object]:
         """What was found of each kind, for the report."""
@@ -190,8 +204,11 @@ def open_ticket(args: list[str], workdir: Path) -> Ticket:
     Raises InputError (a usage error) for an argument that names nothing."""
     ticket = Ticket()
     budget = _Budget()
-    for source in expand_inputs(args):
+    sources, refused = walk_inputs(args)
+    for source in sources:
         _add(ticket, source.name, source.name, source.size, workdir, budget, 0)
+    for name, why in refused:  # links out of the ticket, FIFOs, devices in its folders
+        ticket.skip(name, why)
     return ticket
 
 
@@ -256,6 +273,7 @@ def _unpack(
     ticket: Ticket, path: str, name: str, workdir: Path, budget: _Budget, depth: int
 ) -> None:
     base = workdir / f"{len(list(workdir.iterdir())) if workdir.exists() else 0}-{Path(name).name}"
+    ticket.unpacked[str(base)] = name
     damage = (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, NotImplementedError)
     try:
         members = _zip_members(path) if zipfile.is_zipfile(path) else _tar_members(path)
@@ -268,13 +286,21 @@ def _unpack(
             if opener is None:  # a folder: its files are members of their own
                 continue
             label = f"{name}:{member}"
+            if isinstance(opener, str):
+                ticket.skip(label, opener)
+                continue
             parts = _safe_parts(member)
             if parts is None:
                 ticket.skip(label, "a path outside the archive: not unpacked")
                 continue
             target = base.joinpath(*parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with opener() as src, open(target, "wb") as dst:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                dst = open(target, "wb")  # noqa: SIM115 - closed with the member below
+            except OSError as exc:  # a name over 255 bytes, a file where a folder is: this one
+                ticket.skip(label, f"cannot be unpacked: {exc.strerror or exc}")
+                continue
+            with opener() as src, dst:
                 whole = _copy_capped(src, dst, budget)
             _add(ticket, str(target), label, target.stat().st_size, workdir, budget, depth + 1)
             if not budget.bytes:
@@ -290,22 +316,32 @@ def _unpack(
         ticket.skip(name, f"archive damaged: {type(exc).__name__}: {exc}")
 
 
-Members = Iterator[tuple[str, Callable[[], IO[bytes]] | None]]  # (name, opener; None: a folder)
+# (name, how to open it: None for a folder, or why it is not read). Links, devices and FIFOs
+# are never followed or made, and each is a row of what was not read.
+Members = Iterator[tuple[str, Callable[[], IO[bytes]] | str | None]]
 
 
 def _zip_members(path: str) -> Members:
     archive = zipfile.ZipFile(path)
     for info in archive.infolist():
-        yield info.filename, None if info.is_dir() else lambda info=info: archive.open(info)
+        special = not_a_file(info.external_attr >> 16)  # the mode a Unix zip keeps, else 0
+        if info.is_dir() or special:
+            yield info.filename, None if info.is_dir() else special
+        else:
+            yield info.filename, lambda info=info: archive.open(info)
 
 
 def _tar_members(path: str) -> Members:
     with tarfile.open(path) as archive:
         for info in archive:
-            if info.isfile():  # links, devices and fifos are never followed or made
+            if info.isfile():
                 yield info.name, lambda info=info: archive.extractfile(info)  # type: ignore[misc,return-value]
-            else:
+            elif info.isdir():
                 yield info.name, None
+            elif info.islnk():
+                yield info.name, "a hard link: not followed"
+            else:
+                yield info.name, not_a_file(_TAR_MODES.get(info.type, 0)) or "not a file"
 
 
 def _copy_capped(src: IO[bytes], dst: IO[bytes], budget: _Budget) -> bool:

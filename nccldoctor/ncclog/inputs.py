@@ -7,10 +7,12 @@ length (and counted), so a runaway line without newlines cannot exhaust memory.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import gzip
 import io
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -50,7 +52,37 @@ def file_sources(paths: Iterable[Path]) -> list[Source]:
 
 def expand_inputs(args: list[str]) -> list[Source]:
     """Turn command-line arguments into sources, in a stable order; raise InputError if missing."""
+    return walk_inputs(args)[0]
+
+
+Refused = list[tuple[str, str]]  # (path, why it is not read)
+OUT_OF_TICKET = "a symlink out of the ticket: not followed"
+
+
+def not_a_file(mode: int) -> str | None:
+    """Why an entry of this ``st_mode`` is not read (None: a file or a folder): a link may lead
+    anywhere, a FIFO blocks its reader until someone writes to it, a device never ends."""
+    for test, why in (
+        (stat.S_ISLNK, "a symlink: not followed"),
+        (stat.S_ISFIFO, "a FIFO: not read"),
+        (stat.S_ISCHR, "a device: not read"),
+        (stat.S_ISBLK, "a device: not read"),
+        (stat.S_ISSOCK, "a socket: not read"),
+    ):
+        if test(mode):
+            return why
+    return None
+
+
+def walk_inputs(args: list[str]) -> tuple[list[Source], Refused]:
+    """The sources the arguments name, and what their folders and globs hold that is not read.
+
+    A folder or glob is walked without leaving it (the folder, or the glob's part before its
+    first wildcard): a stranger's ticket may hold a link to /etc/shadow or ~, read only when the
+    user names it. A link inside to inside is read; each real folder is walked once per pattern,
+    so links that loop end (glob's own ``**`` followed them: a few loops took forever)."""
     sources: list[Source] = []
+    refused: Refused = []
     missing: list[str] = []
     for arg in args:
         if arg == STDIN:
@@ -58,21 +90,104 @@ def expand_inputs(args: list[str]) -> list[Source]:
             continue
         path = Path(arg)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            files = _walk(arg, ("**",), refused, hidden_folders=True)
         elif path.is_file():
-            files = [path]
+            files = [arg]
         elif glob.has_magic(arg):
-            files = sorted(Path(p) for p in glob.glob(arg, recursive=True) if Path(p).is_file())
-            if not files:
+            parts = path.parts
+            fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+            before = len(refused)
+            files = _walk(os.path.join(*parts[:fixed]) if fixed else "", parts[fixed:], refused)
+            if not files and len(refused) == before:
                 missing.append(arg)
         else:
             missing.append(arg)
             continue
-        sources.extend(Source(str(p), p.stat().st_size) for p in files)
+        sources.extend(file_sources(Path(f) for f in files))
     if missing:
         raise InputError(f"no such file: {', '.join(missing)}")
-    seen: set[str] = set()
-    return [s for s in sources if not (s.name in seen or seen.add(s.name))]
+    return _once(sources), refused
+
+
+def _once(sources: list[Source]) -> list[Source]:
+    """Each file once, in the order first named, by its own name rather than a link's."""
+    kept: dict[str, Source] = {}
+    for source in sources:
+        real = source.name if source.name == STDIN else os.path.realpath(source.name)
+        known = kept.get(real)
+        if known is None or (_own(source.name, real) and not _own(known.name, real)):
+            kept[real] = source
+    return list(kept.values())
+
+
+def _own(name: str, real: str) -> bool:
+    return name == STDIN or os.path.abspath(name) == real
+
+
+def _walk(
+    top: str, pattern: tuple[str, ...], refused: Refused, hidden_folders: bool = False
+) -> list[str]:
+    """The files under ``top`` ("": here) whose path from it matches ``pattern`` (glob's
+    components, ``**`` for any folders), sorted; what matches but is not read goes to
+    ``refused``. Hidden names match only a pattern that names them, as in glob; a folder's
+    walk (``hidden_folders``) enters hidden folders, as it always did."""
+    files: list[str] = []
+    root = os.path.realpath(top or ".")
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+
+    def visit(folder: str, pattern: tuple[str, ...]) -> None:
+        key = (os.path.realpath(folder or "."), pattern)
+        if key in seen:
+            return
+        seen.add(key)
+        try:
+            with os.scandir(folder or ".") as listing:
+                names = sorted(entry.name for entry in listing)
+        except OSError as exc:
+            refused.append((folder, f"unreadable: {exc.strerror or exc}"))
+            return
+        head, rest = pattern[0], pattern[1:]
+        if head == "**" and rest:  # no folder at all
+            visit(folder, rest)
+        for name in names:
+            hidden = name.startswith(".")
+            if head == "**":
+                as_file, as_folder = not rest and not hidden, hidden_folders or not hidden
+            else:
+                fits = fnmatch.fnmatchcase(name, head) and (not hidden or head.startswith("."))
+                as_file, as_folder = fits and not rest, fits and bool(rest)
+            if as_file or as_folder:
+                path = os.path.join(folder, name)
+                mode = _mode(path, root, refused, as_file)
+                if mode is None:
+                    continue
+                if stat.S_ISDIR(mode) and as_folder:
+                    visit(path, pattern if head == "**" else rest)
+                elif stat.S_ISREG(mode) and as_file:
+                    files.append(path)
+                elif as_file and not stat.S_ISDIR(mode):
+                    refused.append((path, not_a_file(mode) or "not a file: not read"))
+
+    visit(top, pattern)
+    return sorted(files)
+
+
+def _mode(path: str, root: str, refused: Refused, say_unreadable: bool) -> int | None:
+    """The ``st_mode`` of ``path``, through a link that stays under ``root``; None when it is
+    not read: a link out of the ticket always said in ``refused``, an unreadable entry where
+    ``say_unreadable`` (it matched as a file)."""
+    try:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode):
+            return mode
+        if os.path.commonpath([os.path.realpath(path), root]) != root:
+            refused.append((path, OUT_OF_TICKET))
+            return None
+        return os.stat(path).st_mode
+    except OSError as exc:
+        if say_unreadable:
+            refused.append((path, f"unreadable: {exc.strerror or exc}"))
+        return None
 
 
 def _open(name: str) -> BinaryIO:
