@@ -81,8 +81,8 @@ class Check:
     scope: Scope
     func: Callable[[Any], CheckResult]
     doc: str
-    # the checks whose findings follow from this one's (docs/design.md#causes): shown under it,
-    # their own fixes not offered
+    # the checks whose findings follow from this one's (docs/report.md, *Causes and
+    # consequences*): shown under it, their own fixes not offered
     explains: tuple[str, ...] = ()
     remedy: str = ""  # its fix in a few words, for a report's first line
 

@@ -217,7 +217,10 @@ def test_a_check_on_a_terminal_shows_the_join_and_in_a_pipe_plain_lines(tmp_path
     for phase in ("preflight", "reach", "rendezvous", "workers"):
         assert len([r for r in rows if r.startswith(f"{phase} ") and " (" in r]) == 1, rows
     assert not [r for r in rows if " … " in r], rows
-    assert "rendezvous: nodes 2/2 joined" in (tmp_path / "n0" / "n0" / "latest" / "agent.log").read_text()
+    assert (
+        "rendezvous: nodes 2/2 joined"
+        in (tmp_path / "n0" / "n0" / "latest" / "agent.log").read_text()
+    )
     # the other node, in a pipe: plain lines, a start and an end per phase, no control codes
     assert "\x1b" not in node_err
     lines = node_err.splitlines()

@@ -66,7 +66,7 @@ def test_demo_on_loopback(tmp_path):
 
 @pytest.mark.netns
 def test_the_users_loop_docker_bridge_then_host_network_in_one_folder(tmp_path):
-    """As a user works (issue 26): the bridge demo, read the fix, rerun with host networking
+    """As a user works: the bridge demo, read the fix, rerun with host networking
     in the same folder. The rerun is healthy and holds nothing of the first run (it once
     reported the first run's hang beside its own 0 exit codes)."""
     if not netns_available():
