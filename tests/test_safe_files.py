@@ -9,8 +9,12 @@ import io
 import json
 import os
 import pickle
+import signal
 import stat
+import subprocess
+import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from typer.testing import CliRunner
 from nccldoctor.cli.app import app
 from nccldoctor.ticket import open_ticket
 
+REPO = Path(__file__).resolve().parents[1]
 LOG = Path(__file__).parent / "fixtures" / "logs" / "v2.21-ib-gdr-2node" / "rank0.log"
 LINE = b"host:1:1 [0] NCCL INFO hello\n"
 runner = CliRunner()
@@ -145,3 +150,35 @@ def test_findings_and_sections_name_members_as_archive_member(tmp_path):
     assert refused["evidence"][0].startswith(f"{archive}:nccl_trace_rank_0: ")
     assert f"{archive}:nccl_trace_rank_0" in refused["title"]
     assert document["nccl"]["sources"] == [f"{archive}:logs/rank0.log"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stopped_explain_removes_its_working_folder(tmp_path, sig):
+    """Stopped while it reads (stdin, which never ends here), explain removes the archives it
+    unpacked; SIGTERM's own action left them (1.4 GB once)."""
+    archive = tmp_path / "ticket.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(LOG, "rank0.log")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    explain = subprocess.Popen(
+        [sys.executable, "-m", "nccldoctor", "explain", str(archive), "-"],
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not list(temp.glob("nccldoctor-explain-*/*/rank0.log")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(temp.glob("nccldoctor-explain-*/*/rank0.log")), "explain never unpacked"
+    time.sleep(0.2)  # into the read of stdin
+    explain.send_signal(sig)
+    try:
+        _, err = explain.communicate(timeout=20)
+    finally:
+        explain.kill()
+    assert explain.returncode == 128 + sig, err
+    assert list(temp.iterdir()) == []

@@ -4,8 +4,12 @@ nccldoctor reports, folders and archives of them."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -45,8 +49,8 @@ def explain(
 
     # explain only reads: it writes a page when asked to (--html), never beside the user's files
     page = None if no_html else html
-    # archives are unpacked here and read before it goes
-    with tempfile.TemporaryDirectory(prefix="nccldoctor-explain-") as workdir:
+    # archives are unpacked here and read before it goes, a stop signal's too
+    with _stops_raise(), tempfile.TemporaryDirectory(prefix="nccldoctor-explain-") as workdir:
         try:
             ticket = open_ticket(logs, Path(workdir))
         except InputError as exc:
@@ -71,6 +75,28 @@ def explain(
         print_report(document, verbose)
     write_page(document, page, json_out=json_out)
     raise typer.Exit(report.exit_code)
+
+
+@contextlib.contextmanager
+def _stops_raise() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT raise SystemExit (128 + the signal) meanwhile: SIGTERM's and
+    SIGHUP's own action ends the process at once, and left the archives unpacked in the working
+    folder behind (1.4 GB); raised, the folder's context manager removes it. A signal ignored
+    (nohup's SIGHUP, a background job's SIGINT) stays ignored; the handlers before come back."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # only it may set handlers
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _count(n: int) -> str:
