@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from nccldoctor.cli.app import app
 from nccldoctor.lab.start import check_argv, check_env, free_port_pair, start_check
+from nccldoctor.redact import SEAL_KEY
 from tests.closed_pipe import run_reader_leaves
 from tests.cluster.netns import run_folder
 
@@ -97,6 +98,7 @@ def test_report_merge_of_the_node_files_is_the_masters_cluster_report(tmp_path):
     files = [str(run_folder(tmp_path / f"n{i}", f"n{i}") / f"check-n{i}.json") for i in range(2)]
     merged = CliRunner().invoke(app, ["report", "merge", *files, "--json"])
     master = json.loads((run_folder(tmp_path / "n0", "n0") / "check-cluster.json").read_text())
+    assert master.pop(SEAL_KEY)  # the file's seal (write_report's), not the document's
     assert merged.exit_code == master["exit_code"], merged.output
     doc = json.loads(merged.stdout)
     marker = doc["findings"].pop()
