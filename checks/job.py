@@ -69,7 +69,7 @@ def _failed_first(job: JobSeen) -> list:
 def rank_failed(job: JobSeen) -> Problem | None:
     """The job exited with an error: the first rank that failed, and its traceback."""
     failed = _failed_first(job)
-    if job.hung or job.exit_code == 0 or not failed:
+    if job.hung or job.stopped_by or job.exit_code == 0 or not failed:
         return None
     first = failed[0]
     error_lines = [ln for ln in (first.evidence.error or "").splitlines() if ln.strip()]
@@ -90,7 +90,7 @@ def rank_failed(job: JobSeen) -> Problem | None:
 @check("watch.exit-nonzero", area="run", category="other", scope="job")
 def exit_nonzero(job: JobSeen) -> Problem | None:
     """The job exited with an error and no rank left a Python traceback."""
-    if job.hung or job.exit_code == 0 or _failed_first(job):
+    if job.hung or job.stopped_by or job.exit_code == 0 or _failed_first(job):
         return None
     return Problem(
         Severity.FAIL,
@@ -98,4 +98,24 @@ def exit_nonzero(job: JobSeen) -> Problem | None:
         [line for s in job.ranks for line in s.evidence.last_nccl_lines[-3:]],
         fix="Read the job's own output above; a rank killed by a signal (OOM killer: "
         "`dmesg | grep -i kill`) leaves no traceback.",
+    )
+
+
+@check("watch.stopped", area="run", category="other", scope="job")
+def stopped(job: JobSeen) -> Problem | None:
+    """nccldoctor watch was told to stop: it stopped the job, and killed it past its grace."""
+    if job.hung or not job.stopped_by:
+        return None
+    if job.killed:
+        ended = "still running after its grace, it was killed (SIGKILL to its process group)"
+    else:
+        ended = f"it exited with code {job.exit_code}"
+    return Problem(
+        Severity.FAIL if job.killed or job.exit_code else Severity.WARN,
+        f"nccldoctor watch got {job.stopped_by} and stopped the job with SIGTERM; {ended}.",
+        [line for s in job.ranks for line in s.evidence.last_nccl_lines[-3:]],
+        fix="Something stopped the watch: a scheduler's time limit (Slurm sends SIGTERM, then "
+        "SIGKILL after KillWait), scancel or kill, or a closed terminal (SIGHUP: run it under "
+        "nohup, tmux or sbatch). A job that ignores SIGTERM loses its last checkpoint: save "
+        "one in a SIGTERM handler.",
     )

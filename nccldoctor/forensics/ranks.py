@@ -87,3 +87,5 @@ class JobSeen:
     hung: bool
     idle_s: float
     exit_code: int
+    stopped_by: str | None = None  # the stop signal watch got and passed on ("SIGTERM")
+    killed: bool = False  # the job outlived its grace after it and was killed

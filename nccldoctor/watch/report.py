@@ -32,7 +32,9 @@ def watch_report(
     )
     # Only the processes that are ranks matter (torchrun's own agent is not one).
     ranked = [s for s in states if s.rank is not None] or states
-    findings = run_checks("job", JobSeen(ranked, outcome.hung, outcome.idle_s, outcome.exit_code))
+    seen_job = JobSeen(ranked, outcome.hung, outcome.idle_s, outcome.exit_code,
+                       outcome.stopped_by, outcome.killed)  # fmt: skip
+    findings = run_checks("job", seen_job)
     # the one job check that fires says what happened; a healthy job fires none
     sentence = findings[0].title if findings else "The job finished successfully."
     hang = None
@@ -62,13 +64,15 @@ def watch_report(
         kind="watch",
         findings=findings,
         command=list(command),
-        completed=final and not outcome.ended_by_watch,
+        completed=final and not outcome.ended_by_watch and outcome.stopped_by is None,
         extra={
             **nccl,
             "watch": {
                 "exit_code": outcome.exit_code,
                 "hung": outcome.hung,
                 "ended_by_watch": outcome.ended_by_watch,
+                "stopped_by": outcome.stopped_by,
+                "killed": outcome.killed,
                 "idle_s": round(outcome.idle_s, 1),
                 "duration_s": round(outcome.duration_s, 1),
                 "verdict": sentence,

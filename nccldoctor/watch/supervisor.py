@@ -72,6 +72,8 @@ class WatchOutcome:
     evidence: list = field(default_factory=list)
     output_tail: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    stopped_by: str | None = None  # the stop signal watch got and passed on ("SIGTERM")
+    killed: bool = False  # the job outlived its grace after it and was killed
 
 
 def job_env(user_env: dict[str, str], watch_dir: Path, node: str | None = None) -> dict[str, str]:
@@ -137,12 +139,14 @@ def run_watched(
     ]
     for pump in pumps:
         pump.start()
-    previous = _forward_signals(job)
+    stop = _Stop(job)
+    previous = stop.install()
     tracker = LivenessTracker(start=started)
     outcome: WatchOutcome | None = None
     try:
         while job.poll() is None:
             now = time.monotonic()
+            stop.kill_after(TERMINATE_GRACE_S, on_event)
             tracker.observe(_sample(job.pid, watch_dir, now, sum(p.bytes for p in pumps)))
             idle = tracker.job_idle_for(now)
             ranks = sum(p.rank is not None for p in known_processes(watch_dir).values())
@@ -168,6 +172,8 @@ def run_watched(
         )
     elif not outcome.ended_by_watch:
         outcome.exit_code = _shell_code(job.returncode)
+    if stop.signal is not None:
+        outcome.stopped_by, outcome.killed = signal.Signals(stop.signal).name, stop.killed
     outcome.output_tail = list(tail)
     outcome.duration_s = time.monotonic() - started
     return outcome
@@ -238,12 +244,43 @@ def _sample(root_pid: int, watch_dir: Path, now: float, output_bytes: int) -> Sa
     return Sample(time=now, cpu_seconds=cpu, log_bytes=logs, output_bytes=output_bytes)
 
 
-def _forward_signals(job: subprocess.Popen) -> dict[int, object]:
-    """Ctrl-C and SIGTERM go to the job, which decides; the watcher keeps watching."""
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, lambda s, _f: _signal_group(job, s))
-    return previous
+class _Stop:
+    """The signals watch passes on to its job's process group. Ctrl-C goes as it is, and the
+    job decides. SIGTERM, SIGHUP and SIGQUIT (a scheduler's time limit, scancel, a closed
+    terminal) stop the watch: the job gets SIGTERM, the polite stop every launcher handles,
+    and a job still running ``grace`` seconds later gets SIGKILL. Their own action ended watch
+    at once and left the job running, with no report."""
+
+    STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def __init__(self, job: subprocess.Popen) -> None:
+        self.job = job
+        self.signal: int | None = None  # the first stop signal watch got
+        self.at = 0.0
+        self.killed = False
+
+    def install(self) -> dict[int, object]:
+        """Handle the signals; the handlers they had, to put back."""
+        previous = {signal.SIGINT: signal.signal(signal.SIGINT, self._forward)}
+        for sig in self.STOPS:
+            previous[sig] = signal.signal(sig, self._stop)
+        return previous
+
+    def _forward(self, sig: int, _frame: object) -> None:
+        _signal_group(self.job, sig)
+
+    def _stop(self, sig: int, _frame: object) -> None:
+        if self.signal is None:
+            self.signal, self.at = sig, time.monotonic()
+        _signal_group(self.job, signal.SIGTERM)
+
+    def kill_after(self, grace: float, on_event: Callable[[str], None]) -> None:
+        """SIGKILL to the job's group once it outlived ``grace`` after the stop signal."""
+        if self.signal is None or self.killed or time.monotonic() - self.at < grace:
+            return
+        on_event(f"the job outlived {grace:.0f} s after SIGTERM: killing it")
+        _signal_group(self.job, signal.SIGKILL)
+        self.killed = True
 
 
 def _signal_group(job: subprocess.Popen, sig: int) -> None:
