@@ -138,6 +138,19 @@ def _node_dicts(nodes: list[NodeFacts]) -> list[dict[str, Any]]:
     return [to_dict(n) for n in nodes]
 
 
+def document_verdict(document: dict[str, Any]) -> str:
+    """The verdict a document's ``completed`` and findings give, as :attr:`Report.verdict`
+    does; never its ``verdict`` field."""
+    if document.get("completed") is False:
+        return "incomplete"
+    findings = document.get("findings")
+    severities = {f.get("severity") for f in findings if isinstance(f, dict)} if isinstance(
+        findings, list) else set()  # fmt: skip
+    if Severity.FAIL.value in severities:
+        return "problems"
+    return "warnings" if Severity.WARN.value in severities else "healthy"
+
+
 def document_exit_code(document: dict[str, Any]) -> int:
     """The exit code a document's ``completed`` and findings give, as :attr:`Report.exit_code`
     does; never its ``exit_code`` field, which a stranger's file may state against its findings

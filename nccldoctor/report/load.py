@@ -16,6 +16,8 @@ from nccldoctor.report.document import (
     SCHEMA_VERSION,
     SUMMARY_KEYS,
     Report,
+    document_exit_code,
+    document_verdict,
     with_summaries,
 )
 from nccldoctor.report.shape import items, section
@@ -54,8 +56,18 @@ def read_document(path: str | Path) -> dict[str, Any]:
         raise ReportError(f"{path}: not a nccldoctor report (no 'kind' key)")
     document.pop(SEAL_KEY, None)  # the file's, not the document's: write_report seals anew
     if not sealed(data):  # before upgrade: rebuilt summaries quote what it leaves
-        document = redact_document(document)
+        document = _as_its_findings_say(redact_document(document))
     return upgrade(document, source=str(path))
+
+
+def _as_its_findings_say(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with the verdict and exit code its findings and ``completed`` give, and
+    its summaries rebuilt when it stated others: a stranger's file said healthy, exit 0, over
+    300k failing findings, and its banner said so."""
+    stated = {"verdict": document_verdict(document), "exit_code": document_exit_code(document)}
+    if all(document.get(key) == value for key, value in stated.items()):
+        return document
+    return {k: v for k, v in document.items() if k not in SUMMARY_KEYS} | stated
 
 
 def upgrade(document: dict[str, Any], source: str = "report") -> dict[str, Any]:

@@ -190,10 +190,16 @@ def test_show_exits_with_the_code_the_findings_give_not_the_one_the_file_states(
     """A stranger's report that says exit_code 0 over failing findings exits 1, and 3 when it
     says it did not complete."""
     document = json.loads((REPORTS / "failed-check.json").read_text())
-    document["exit_code"] = 0
+    document |= {"exit_code": 0, "verdict": "healthy"}
+    document["headline"] |= {"banner": "healthy", "title": "Healthy"}
     (tmp_path / "failed.json").write_text(json.dumps(document))
     result = runner.invoke(app, ["report", "show", str(tmp_path / "failed.json"), "--json"])
     assert result.exit_code == 1, result.output
+    shown = json.loads(result.stdout)
+    assert (shown["exit_code"], shown["verdict"], shown["headline"]["banner"]) == (
+        1, "problems", "problems")  # fmt: skip
+    result = runner.invoke(app, ["report", "show", str(tmp_path / "failed.json")])
+    assert result.stdout.startswith("✗ Problems found"), result.stdout
     document = {**json.loads((REPORTS / "healthy-check.json").read_text()), "completed": False}
     (tmp_path / "cut.json").write_text(json.dumps(document))
     assert runner.invoke(app, ["report", str(tmp_path / "cut.json"), "--json"]).exit_code == 3
