@@ -66,6 +66,19 @@ def load_dump(data: bytes) -> Loaded:
     never hands on a document whose walk would not end."""
     if len(data) > MAX_DUMP_BYTES:
         return Loaded(None, f"not read: over {MAX_DUMP_BYTES >> 20} MiB (torch writes under 1 MB)")
+    # a dump is plain data without cycles: the collector, set off by its hundred thousand
+    # containers, would walk them and the analysis so far again and again for nothing (as
+    # torchfrtrace's loader, it is off while the dump is built and measured)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(data)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load(data: bytes) -> Loaded:
     try:
         if data.lstrip().startswith(b"{"):
             try:
