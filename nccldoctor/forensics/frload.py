@@ -8,7 +8,8 @@ pickle refers to one object as often as it likes in two bytes, so a 700-byte fil
 list whose every walk (repr, the matching, the JSON of a report) visits 10^40 objects. The
 measure visits the document as any walk would, each reference again, level by level in C
 (``gc.get_referents``), and stops at ``MAX_DUMP_OBJECTS`` objects or ``MAX_DUMP_DEPTH`` levels:
-about a millisecond for a real dump of 2000 entries, a quarter of what unpickling it costs.
+about a millisecond for a real dump of 2000 entries, a tenth of what reading and matching it
+costs (bench/fr.py), less what turning the collector off while loading saves.
 JSON is measured for its size and nesting before it is parsed (``jsondoc.parse``). What the count
 does not weigh, one long string referred to by every entry, the matching bounds as it prints
 the entries (``limits.MAX_DUMP_SIGNATURE_BYTES``): weighing every string here would cost more
