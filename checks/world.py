@@ -16,7 +16,7 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
 from nccldoctor.facts.world import LostNode, WorldSeen
 from nccldoctor.model import Severity
-from nccldoctor.units import format_bytes
+from nccldoctor.units import format_bytes, format_link_rate
 
 SKEW_WARN_S = 5.0
 IP_TCP_HEADERS = 40  # an IPv4 + TCP header without options: MTU 1500 carries 1460 bytes
@@ -206,7 +206,7 @@ def mtu_stall(seen: WorldSeen) -> Problem | None:
     if seen.tcp_gbps:
         evidence.append(
             "raw TCP to the master: "
-            + ", ".join(f"{n} {g:.2f} Gbit/s" for n, g in sorted(seen.tcp_gbps.items()))
+            + ", ".join(f"{n} {format_link_rate(g)}" for n, g in sorted(seen.tcp_gbps.items()))
         )
     peer = _address(links[jumbo[1] if len(jumbo) > 1 else small[0]])
     return Problem(

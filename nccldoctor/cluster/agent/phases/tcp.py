@@ -7,6 +7,7 @@ from typing import Any
 
 from nccldoctor.cluster.agent import knock
 from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.units import format_link_rate
 
 
 def run(state: AgentState, row: dict[str, Any]) -> None:
@@ -22,6 +23,6 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     address = run.observed.reach.addresses[0]
     gbps, error = knock.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
     run.tcp_gbps = gbps
-    row["detail"] = f"{gbps:.2f} Gbit/s" if gbps is not None else error
+    row["detail"] = format_link_rate(gbps) if gbps is not None else error  # the views' one unit
     if gbps is None:
         row["status"] = "fail"
