@@ -242,7 +242,7 @@ def test_a_report_that_breaks_the_merge_is_left_out_and_the_rest_merged(monkeypa
     assert cluster.extra["run"]["nodes_reported"] == 2  # the master's and node-c's
 
 
-def test_the_master_keeps_its_store_up_until_every_node_read_the_verdict(store, monkeypatch):
+def test_the_master_keeps_its_store_up_until_every_node_read_the_verdict(store):
     """The store goes down with the master's agent: a node that asked for the verdict a moment
     after it was set found no store, and exited with its own code, not the cluster's."""
     keys = rendezvous.Keys("run1")
@@ -254,8 +254,14 @@ def test_the_master_keeps_its_store_up_until_every_node_read_the_verdict(store, 
     assert gather.await_verdict(store, keys, 5) == 1
     announced.join(timeout=1)
     assert not announced.is_alive()
-    monkeypatch.setattr(gather, "VERDICT_LINGER_S", 0.3)
     gather.publish(store, keys, 2, Report.from_dict(copy.deepcopy(HEALTHY)), Path("/n2.json"))
     start = time.monotonic()
-    gather.announce_verdict(store, keys, 1)  # node2 never reads: the master goes at the bound
+    gather.announce_verdict(store, keys, 1, 0.3)  # node2 never reads: the master goes at the bound
     assert 0.3 <= time.monotonic() - start < 1
+    # an interrupted node (scancel: the kill follows) will not read it, and is not waited for
+    interrupted = rendezvous.Keys("run2")
+    gather.publish(store, interrupted, 1, Report.from_dict(copy.deepcopy(HEALTHY)),
+                   Path("/n1.json"), reads_verdict=False)  # fmt: skip
+    start = time.monotonic()
+    gather.announce_verdict(store, interrupted, 1, 5.0)
+    assert time.monotonic() - start < 1

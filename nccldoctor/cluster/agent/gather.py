@@ -27,8 +27,17 @@ STORE_PING_S = 2.0  # a live store answers in milliseconds; a dying master never
 VERDICT_LINGER_S = 5.0  # a node waiting for the verdict reads it in milliseconds
 
 
-def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, path: Path) -> None:
+def publish(
+    store: Any,
+    keys: rendezvous.Keys,
+    node_rank: int,
+    report: Report,
+    path: Path,
+    reads_verdict: bool = True,
+) -> None:
     """Best effort: when the master is gone, the node's own report on disk is what remains.
+    ``reads_verdict``: the node will wait for the verdict (an interrupted one will not, and the
+    master must not linger for it while the launcher's kill comes).
 
     The world's node list stays out: the master has it, and N nodes sending N entries each
     would make the exit barrier's traffic and the master's memory grow as N squared (so the
@@ -38,18 +47,21 @@ def publish(store: Any, keys: rendezvous.Keys, node_rank: int, report: Report, p
     doc["cluster"] = {**doc.get("cluster", {}), "nodes": []}
     doc = with_summaries(doc)
     with contextlib.suppress(Exception):
-        store.add(keys.handed, 1)  # before the result: the master waits for this many readers
+        if reads_verdict:  # before the result: the master waits for this many readers
+            store.add(keys.handed, 1)
         version = int(store.add(keys.results(node_rank), 1))
         store.set(keys.result(node_rank, version), json.dumps(doc))
 
 
-def announce_verdict(store: Any, keys: rendezvous.Keys, exit_code: int) -> None:
+def announce_verdict(
+    store: Any, keys: rendezvous.Keys, exit_code: int, linger_s: float = VERDICT_LINGER_S
+) -> None:
     """The master, after writing the cluster report: its exit code, for every node to exit with
     (best effort: a node that does not hear it exits with its own). The store goes down with
     the master's agent, so it stays up until every node that handed a report over has read the
     verdict, VERDICT_LINGER_S at most: a node asking a moment later got no answer, and exited
     with its own code where the cluster's differed."""
-    deadline = time.monotonic() + VERDICT_LINGER_S
+    deadline = time.monotonic() + linger_s
     with contextlib.suppress(Exception):
         store.set(keys.verdict, str(exit_code))
         while int(store.add(keys.verdict_read, 0)) < int(store.add(keys.handed, 0)):

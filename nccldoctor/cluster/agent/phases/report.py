@@ -27,7 +27,7 @@ def run(state: AgentState) -> tuple[Report, Path]:
     interrupted = bool(run.aborted and run.aborted.startswith("interrupted"))
     if not run.is_master:
         if store is not None:
-            gather.publish(store, state.keys, run.node_rank, report, path)
+            gather.publish(store, state.keys, run.node_rank, report, path, not interrupted)
             if not interrupted:  # the master's exit barrier and merge, then a margin
                 wait = config.timeouts.exit_barrier + VERDICT_MARGIN_S
                 state.verdict = gather.await_verdict(store, state.keys, wait)
@@ -40,7 +40,10 @@ def run(state: AgentState) -> tuple[Report, Path]:
     cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
     state.verdict = cluster.exit_code
     if store is not None:
-        gather.announce_verdict(store, state.keys, cluster.exit_code)
+        # interrupted (scancel, a launcher's SIGTERM): its kill follows, and this node's own
+        # other processes wait for the verdict from this process: no lingering for readers
+        linger = 0.0 if interrupted else gather.VERDICT_LINGER_S
+        gather.announce_verdict(store, state.keys, cluster.exit_code, linger)
     return cluster, cluster_path
 
 
