@@ -144,7 +144,8 @@ def document_verdict(document: dict[str, Any]) -> str:
     if document.get("completed") is False:
         return "incomplete"
     findings = document.get("findings")
-    severities = {f.get("severity") for f in findings if isinstance(f, dict)} if isinstance(
+    # a stranger's severity may be any JSON value (a list is not hashable): compared as text
+    severities = {str(f.get("severity")) for f in findings if isinstance(f, dict)} if isinstance(
         findings, list) else set()  # fmt: skip
     if Severity.FAIL.value in severities:
         return "problems"
