@@ -89,6 +89,10 @@ def _explained(reading: LogReading) -> set[str]:
 # --- the inputs ----------------------------------------------------------------------------------
 
 
+# A rank that stopped or diverged is why the others' watchdogs time out: their timeouts follow.
+WATCHDOG_TIMEOUTS = ("torch.watchdog-timeout", "torch.watchdog-failure-seq", "torch.watchdog-stuck")
+
+
 @check("logs.unreadable", area="logs", category="other", scope="logs")
 def unreadable(reading: LogReading) -> Problem | None:
     """An input could not be read to the end."""
@@ -319,7 +323,11 @@ def _first_mismatch(traced: list[Member]) -> tuple[int, dict[tuple, list[Member]
     return next(((n, by_op[n]) for n in sorted(by_op) if len(by_op[n]) > 1), None)
 
 
-@check("logs.collective-mismatch", area="logs", category="collective_timeout_hang", scope="logs")
+@check(
+    "logs.collective-mismatch", area="logs", category="collective_timeout_hang", scope="logs",
+    explains=WATCHDOG_TIMEOUTS,
+    remedy="call the same collectives in the same order on every rank",
+)  # fmt: skip
 @_per_group
 def collective_mismatch(group: CommGroup) -> Problem | None:
     """Ranks called different collectives (or sizes) at one opCount."""
@@ -342,7 +350,10 @@ def collective_mismatch(group: CommGroup) -> Problem | None:
     )
 
 
-@check("logs.collective-divergence", area="logs", category="collective_timeout_hang", scope="logs")
+@check(
+    "logs.collective-divergence", area="logs", category="collective_timeout_hang", scope="logs",
+    explains=WATCHDOG_TIMEOUTS, remedy="read the early ranks' stacks and Flight Recorder dumps",
+)  # fmt: skip
 @_per_group
 def collective_divergence(group: CommGroup) -> Problem | None:
     """Some ranks stopped before an opCount the others reached (and no call mismatched)."""
@@ -396,7 +407,10 @@ def comm_aborted(group: CommGroup) -> Problem | None:
     )
 
 
-@check("logs.rank-stopped-early", area="logs", category="collective_timeout_hang", scope="logs")
+@check(
+    "logs.rank-stopped-early", area="logs", category="collective_timeout_hang", scope="logs",
+    explains=WATCHDOG_TIMEOUTS, remedy="read the early ranks' stacks and Flight Recorder dumps",
+)  # fmt: skip
 @_per_group
 def rank_stopped_early(group: CommGroup) -> Problem | None:
     """Ranks whose log stops while the others reached teardown."""
@@ -415,7 +429,11 @@ def rank_stopped_early(group: CommGroup) -> Problem | None:
     )
 
 
-@check("logs.rank-behind", area="logs", category="collective_timeout_hang", scope="logs")
+@check(
+    "logs.rank-behind", area="logs", category="collective_timeout_hang", scope="logs",
+    explains=WATCHDOG_TIMEOUTS,
+    remedy="read the lagging rank's stack and Flight Recorder dump",
+)  # fmt: skip
 def rank_behind(reading: LogReading) -> Problem | None:
     """Across the ranks of a process group, the one whose last completed collective (PyTorch's
     SeqNum, counted per group) is lowest."""

@@ -5,6 +5,8 @@ the views show a consequence under its cause without a fix of its own."""
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -142,3 +144,21 @@ def test_the_page_shows_consequences_without_their_fixes(nat_document):
     assert "run the containers with --network host" in html
     assert "fix for run.ephemeral-port-blocked" not in html
     assert 'follows from <a href="#finding-container.bridge-network">' in html
+
+
+def test_a_diverged_rank_explains_the_others_watchdog_timeouts():
+    """explain over a real shape of hang: rank 2 stopped early, and the watchdog's timeout on
+    the others follows from it; the first line names the divergence and what to read."""
+    from typer.testing import CliRunner
+
+    from nccldoctor.cli.app import app
+
+    logs = Path(__file__).parent / "fixtures" / "logs" / "v2.32-diverge"
+    document = json.loads(CliRunner().invoke(app, ["explain", "--json", str(logs)]).stdout)
+    causes = {f["id"]: f.get("explained_by") for f in document["findings"]}
+    assert causes["torch.watchdog-timeout"] == "logs.collective-divergence"
+    assert causes["logs.collective-divergence"] is None
+    assert document["headline"]["line"].startswith("Problems found: ranks diverged")
+    assert document["headline"]["line"].endswith(
+        "→ read the early ranks' stacks and Flight Recorder dumps"
+    )

@@ -77,7 +77,7 @@ def verdict_line(document: dict[str, Any], key: str, paragraph: str) -> str:
     ]
     heading = f"{BANNERS[key]}: "
     if roots:
-        root = max(roots, key=lambda f: (f.get("severity") == "fail", explained[f.get("id")]))
+        root = max(roots, key=lambda f: (f.get("severity") == "fail", explained[str(f.get("id"))]))
         remedy = _text(root.get("remedy"))
         return heading + _fit(_plain(_text(root.get("title"))), LINE_MAX - len(heading),
                               f" → {remedy}" if remedy else "")  # fmt: skip
@@ -231,8 +231,9 @@ def _findings_sentence(document: dict[str, Any], said: str = "") -> str:
         found = list(dict.fromkeys(_plain(str(f.get("title", ""))) for f in of_severity
                                    if not f.get("explained_by")))  # fmt: skip
         following = sum(1 for f in of_severity if f.get("explained_by"))
-        also = f" ({following} more follow from it)" if following and len(found) == 1 else (
-            f" ({following} more follow from them)" if following else "")  # fmt: skip
+        verb = "follows" if following == 1 else "follow"
+        also = f" ({following} more {verb} from {'it' if len(found) == 1 else 'them'})" if (
+            following) else ""  # fmt: skip
         if found and all(t.rstrip(".") in said for t in found):
             return f"{_count(len(found), noun).capitalize()}{also}."
         titles = [t for t in found if t.rstrip(".") not in said] if said else found
