@@ -124,13 +124,20 @@ def run_watched(
     watch_dir = config.out_dir
     watch_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    job = subprocess.Popen(
-        config.command,
-        env=job_env(dict(os.environ), watch_dir, config.node),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # the whole job can be signalled as one process group
-    )
+    stop = _Stop()
+    previous = stop.install()  # before the job starts: a stop signal never finds watch unguarded
+    try:
+        job = subprocess.Popen(
+            config.command,
+            env=job_env(dict(os.environ), watch_dir, config.node),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the whole job can be signalled as one process group
+        )
+    except BaseException:
+        _restore_signals(previous)
+        raise
+    stop.started(job)
     tail: deque[str] = deque(maxlen=50)
     out, err = writers or (_writer(sys.stdout.buffer), _writer(sys.stderr.buffer))
     pumps = [
@@ -139,8 +146,6 @@ def run_watched(
     ]
     for pump in pumps:
         pump.start()
-    stop = _Stop(job)
-    previous = stop.install()
     tracker = LivenessTracker(start=started)
     outcome: WatchOutcome | None = None
     try:
@@ -253,11 +258,17 @@ class _Stop:
 
     STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
-    def __init__(self, job: subprocess.Popen) -> None:
-        self.job = job
+    def __init__(self) -> None:
+        self.job: subprocess.Popen | None = None  # None until it started
         self.signal: int | None = None  # the first stop signal watch got
         self.at = 0.0
         self.killed = False
+
+    def started(self, job: subprocess.Popen) -> None:
+        """The job runs: a stop signal that came while it was starting reaches it now."""
+        self.job = job
+        if self.signal is not None:
+            _signal_group(job, signal.SIGTERM)
 
     def install(self) -> dict[int, object]:
         """Handle the signals; the handlers they had, to put back."""
@@ -267,19 +278,22 @@ class _Stop:
         return previous
 
     def _forward(self, sig: int, _frame: object) -> None:
-        _signal_group(self.job, sig)
+        if self.job is not None:
+            _signal_group(self.job, sig)
 
     def _stop(self, sig: int, _frame: object) -> None:
         if self.signal is None:
             self.signal, self.at = sig, time.monotonic()
-        _signal_group(self.job, signal.SIGTERM)
+        if self.job is not None:
+            _signal_group(self.job, signal.SIGTERM)
 
     def kill_after(self, grace: float, on_event: Callable[[str], None]) -> None:
         """SIGKILL to the job's group once it outlived ``grace`` after the stop signal."""
         if self.signal is None or self.killed or time.monotonic() - self.at < grace:
             return
         on_event(f"the job outlived {grace:.0f} s after SIGTERM: killing it")
-        _signal_group(self.job, signal.SIGKILL)
+        if self.job is not None:
+            _signal_group(self.job, signal.SIGKILL)
         self.killed = True
 
 
