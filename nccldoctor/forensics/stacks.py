@@ -127,3 +127,9 @@ def without_cpp_frames(text: str) -> str:
             continue
         kept.append(line)
     return "\n".join(kept)
+
+
+def readable(text: str) -> str:
+    """A message as a person reads it: without torch's C++ backtraces and source locations
+    (the document and the HTML keep them)."""
+    return without_source_paths(without_cpp_frames(text))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from nccldoctor.forensics.stacks import without_cpp_frames, without_source_paths
+from nccldoctor.forensics.stacks import readable
 from nccldoctor.report.shape import items, section, values
 from nccldoctor.units import format_bytes
 
@@ -90,8 +90,8 @@ def verdict_line(document: dict[str, Any], key: str, paragraph: str) -> str:
 
 
 def _plain(text: str) -> str:
-    """One line, without torch's C++ source paths (``[/__w/pytorch/…/pair.cc:152]``)."""
-    return " ".join(without_source_paths(without_cpp_frames(text)).split())
+    """One readable line (``[/__w/pytorch/…/pair.cc:152]`` and C++ frames gone)."""
+    return " ".join(readable(text).split())
 
 
 def _fit(text: str, width: int, tail: str = "") -> str:

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.text import Text
 
 from nccldoctor import guide
-from nccldoctor.forensics.stacks import without_cpp_frames, without_source_paths
+from nccldoctor.forensics.stacks import readable
 from nccldoctor.limits import MAX_SHOWN_FINDINGS
 from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
@@ -43,7 +43,7 @@ def render_terminal(
     if top.get("line"):  # the verdict, the root cause and its fix; the paragraph under it
         severity = _BANNER_SEVERITY.get(str(top.get("banner")), Severity.FAIL)
         lines.append(Text(f"{marks[severity]} {top['line']}", style=_STYLES[severity] + " bold"))
-        lines += [Text(_plain(str(top.get("answer") or "")), style="dim"), Text()]
+        lines += [Text(readable(str(top.get("answer") or "")), style="dim"), Text()]
     elif top.get("answer"):  # a document written before the line existed
         lines += [Text(f"{top.get('title', '')}: {top['answer']}"), Text()]
     consequences: dict[str, list[FindingGroup]] = {}
@@ -106,7 +106,7 @@ def _finding_lines(
     finding = group.finding
     out = [
         Text(
-            f"    {marks[severity]} {_plain(str(finding.get('title', '')))}"
+            f"    {marks[severity]} {readable(str(finding.get('title', '')))}"
             f"{_where(group, verbose or several_nodes)}",
             style=_STYLES[severity],
         )
@@ -122,7 +122,9 @@ def _finding_lines(
     if explains:
         out.append(Text("      Explains:", style="bold"))
         out.extend(
-            Text(f"        {_plain(str(g.finding.get('title', '')))}{_where(g, True)}", style="dim")
+            Text(
+                f"        {readable(str(g.finding.get('title', '')))}{_where(g, True)}", style="dim"
+            )
             for g in explains
         )
     if fix := group.fix:
@@ -139,14 +141,9 @@ def _where(group: FindingGroup, name_one: bool) -> str:
     return f" [{', '.join(group.nodes)}]" if group.several or (group.nodes and name_one) else ""
 
 
-def _plain(text: str) -> str:
-    """A title or paragraph without the C++ source paths torch's messages carry."""
-    return without_source_paths(without_cpp_frames(text))
-
-
 def _readable(evidence: list[str]) -> list[str]:
     """torch's C++ frames stay in the document (and the HTML); a terminal gets its messages."""
-    return [line for text in evidence if (line := _plain(text))]
+    return [line for text in evidence if (line := readable(text))]
 
 
 def _summary(document: dict[str, Any], area_levels: list[Severity], marks: dict) -> Text:
