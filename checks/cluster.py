@@ -11,9 +11,8 @@ import ipaddress
 from collections.abc import Callable, Sequence
 
 from checks import RANKS_STOPPED, Problem, check
-from checks.netfacts import interface_named, master_interface
+from checks.netfacts import master_link
 from nccldoctor.facts import NodeFacts
-from nccldoctor.facts.network import Interface
 from nccldoctor.model import Severity
 
 # Variables that differ by design from node to node (files per host, ranks, addresses).
@@ -156,18 +155,12 @@ def master_address_differs(nodes: list[NodeFacts]) -> Problem | None:
     )
 
 
-def _route_interface(facts: NodeFacts) -> Interface | None:
-    """The interface this node reaches the master through (the master: the one holding it),
-    as every rule finds it (checks/netfacts.py), so that two rules never disagree on it."""
-    return interface_named(facts.network, master_interface(facts.network))
-
-
 @check("cluster.mtu-differs", area="cluster", category="interface_selection", scope="cluster")
 def mtu_differs(nodes: list[NodeFacts]) -> Problem | None:
     """The MTU of the interfaces the nodes talk over differs (large messages stall, F-MTU)."""
     return _mismatch(
         nodes,
-        lambda f: getattr(_route_interface(f), "mtu", None),
+        lambda f: getattr(master_link(f.network), "mtu", None),
         "MTU of the interface towards the master",
         Severity.FAIL,
         "Set one MTU on every node's interface and the switch ports between them, "
@@ -180,7 +173,7 @@ def subnet_differs(nodes: list[NodeFacts]) -> Problem | None:
     """The nodes reach the master from different subnets: routed, NATed, or the wrong interface."""
 
     def subnet(facts: NodeFacts) -> str | None:
-        iface = _route_interface(facts)
+        iface = master_link(facts.network)
         if iface is None or not iface.ipv4:
             return None
         return str(ipaddress.ip_interface(iface.ipv4[0]).network)

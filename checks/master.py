@@ -13,7 +13,7 @@ from checks.netfacts import (
     describe,
     interface_named,
     interfaces_line,
-    master_interface,
+    master_link,
     route_line,
     suggested_ifname,
 )
@@ -232,7 +232,7 @@ def ephemeral_ports(facts: NodeFacts) -> Problem | None:
 def mtu(facts: NodeFacts) -> Problem | None:
     """The MTU of the interface to the master (jumbo, or unlike this node's others): compare nodes."""
     net = facts.network
-    iface = interface_named(net, master_interface(net))
+    iface = master_link(net)
     if iface is None or iface.kind == "loopback" or iface.mtu is None:
         return None
     others = {

@@ -63,6 +63,11 @@ def master_interface(net: NetworkFacts) -> str | None:
     return own[0] if own else None
 
 
+def master_link(net: NetworkFacts) -> Interface | None:
+    """The interface itself that carries traffic to the master (:func:`master_interface`)."""
+    return interface_named(net, master_interface(net))
+
+
 def suggested_ifname(net: NetworkFacts) -> str:
     """The interface to put in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME."""
     return master_interface(net) or net.nccl_default_pick or "<interface that reaches the master>"

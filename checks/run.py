@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 
 from checks import RANKS_STOPPED, Problem, check
-from checks.netfacts import interface_named, master_interface
+from checks.netfacts import master_link
 from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import Severity
 
@@ -194,7 +194,7 @@ def ephemeral_port_blocked(seen: RunObserved) -> Problem | None:
     net = seen.network
     ports = net.ip_local_port_range if net else None
     span = f"{ports[0]}:{ports[1]}" if ports else "32768:60999"
-    iface = interface_named(net, master_interface(net)) if net else None
+    iface = master_link(net) if net else None
     subnet = (str(ipaddress.ip_interface(iface.ipv4[0]).network) if iface and iface.ipv4
               else "<the nodes' subnet>")  # fmt: skip
     where = " and ".join(side for side, *_ in blocked)

@@ -11,8 +11,7 @@ too (:func:`lost_sentence`): one wording.
 from __future__ import annotations
 
 from checks import RANKS_STOPPED, Problem, check
-from checks.netfacts import interface_named, master_interface
-from nccldoctor.facts import NodeFacts
+from checks.netfacts import master_link
 from nccldoctor.facts.network import Interface
 from nccldoctor.facts.world import LostNode, WorldSeen
 from nccldoctor.model import Severity
@@ -176,7 +175,7 @@ def mtu_stall(seen: WorldSeen) -> Problem | None:
     Only a path that drops frames stalls: TCP endpoints with different MTUs agree on the smaller
     MSS by themselves. A 1500 switch port between two jumbo nodes drops their big frames and
     sends no ICMP back, so TCP never learns to send smaller segments."""
-    links = {f.node: _link(f) for f in seen.facts}
+    links = {f.node: master_link(f.network) for f in seen.facts}
     mtus = {node: i.mtu for node, i in links.items() if i is not None and i.mtu}
     if len(set(mtus.values())) < 2:
         return None
@@ -246,10 +245,6 @@ def merged(seen: WorldSeen) -> Problem | None:
         if missing
         else "",
     )
-
-
-def _link(facts: NodeFacts) -> Interface | None:
-    return interface_named(facts.network, master_interface(facts.network))
 
 
 def _address(iface: Interface | None) -> str:
