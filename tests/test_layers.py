@@ -1,4 +1,5 @@
-"""The import contracts of pyproject.toml ([tool.importlinter]) hold: imports go one way."""
+"""The import contracts of pyproject.toml ([tool.importlinter]) hold: imports go one way, and no
+package or module depends on itself through its siblings."""
 
 from __future__ import annotations
 

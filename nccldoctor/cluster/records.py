@@ -1,12 +1,20 @@
-"""The worker's phases, defined once for the agent and the worker (docs/design.md#records).
+"""What crosses between the cluster's rooms (docs/design.md#records): agent/, worker/ and
+diagnosis/ import these, never each other's, so that none of them depends on another in a
+circle.
 
-The worker runs them in this order (cluster/worker/rank.py) under these deadlines, its fault
-hooks name them, the agent's watchdog budgets them, the verdict orders stopped ranks by them.
+- The worker's phases, defined once: the worker runs them in this order (cluster/worker/rank.py)
+  under these deadlines, its fault hooks name them, the agent's watchdog budgets them, the
+  verdict orders stopped ranks by them.
+- What crosses node ↔ master: a node's hello at the master's gate (:class:`Hello`, the gate's
+  record of it), its entry on the store (:class:`NodeEntry`), the world the master plans from
+  the entries (:class:`World`); the merge and the ``world`` rules read them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,9 +38,85 @@ WORKER_PHASES = tuple(p.name for p in PHASES)
 PHASE_TIMEOUTS = tuple(dict.fromkeys(name for p in PHASES for name in p.budget))
 
 
+# How a worker's own phase watch ends its error when a phase outlived its deadline: the rank was
+# blocked, not told "timeout" by the backend, so the agent counts it among the stuck ones.
+WORKER_DEADLINE = "(worker deadline)"
+
+
 def phase_budget(phase: str, timeouts: object) -> float:
     """Seconds a worker may stay in ``phase`` under ``timeouts`` (the agent's ``Timeouts`` or the
     worker's ``WorkerTimeouts``: both carry every budget); a phase not in the table gets the
     longest."""
     budgets = {p.name: sum(getattr(timeouts, name) for name in p.budget) for p in PHASES}
     return budgets.get(phase, max(budgets.values()))
+
+
+@dataclass
+class Hello:
+    """One node's hello as the master's gate saw it."""
+
+    node: str
+    advertised: str
+    seen: str  # getpeername() of the accepted connection
+    accepted: bool
+    reason: str = ""  # why it was refused
+    t: float = 0.0
+
+
+@dataclass
+class NodeEntry:
+    """One node as it joined; ``facts`` is the serialised NodeFacts."""
+
+    slot: int
+    name: str
+    advertised: str = ""
+    seen: str = ""
+    procs: int = 1
+    cuda: bool = False
+    requested_rank: int | None = None
+    skew_s: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorldNode:
+    node_rank: int
+    slot: int
+    name: str
+    address: str
+    seen: str
+    procs: int
+    rank_offset: int  # global rank of this node's local rank 0
+
+
+@dataclass
+class World:
+    run_id: str
+    backend: str
+    nodes: list[WorldNode]
+    expected: int | None
+    missing: list[str] = field(default_factory=list)
+    abort: str | None = None  # why the run stops after rendezvous (missing nodes, clashes)
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.procs for n in self.nodes)
+
+    def node(self, slot: int) -> WorldNode | None:
+        return next((n for n in self.nodes if n.slot == slot), None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> World:
+        data = json.loads(text)
+        data["nodes"] = [WorldNode(**n) for n in data["nodes"]]
+        return cls(**data)
+
+
+def given_name(world_name: str) -> str:
+    """The name a node joined under (a hostname never holds "#"; the world marks a name two
+    nodes share with ``#<node rank>``, agent/rendezvous.py unique_names)."""
+    base, mark, rank = world_name.rpartition("#")
+    return base if mark and rank.isdigit() else world_name

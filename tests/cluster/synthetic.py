@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent.gate import Hello
-from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, WorldNode
 from nccldoctor.cluster.diagnosis import merge
+from nccldoctor.cluster.records import Hello, NodeEntry, World, WorldNode
 from nccldoctor.report import Report
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "check-gloo-1node.json"

@@ -9,10 +9,10 @@ from pathlib import Path
 from checks import get_check, run_checks
 from nccldoctor.cluster.agent.gather import master_lost
 from nccldoctor.cluster.agent.reach import locate, still_listening
-from nccldoctor.cluster.agent.rendezvous import World, WorldNode
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
+from nccldoctor.cluster.records import World, WorldNode
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
 from nccldoctor.facts.ranks import RankOutcome

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from checks import run_checks
 from checks.signatures import category_of
-from nccldoctor.cluster.agent.gate import Hello
-from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, plan_world
+from nccldoctor.cluster.agent.rendezvous import plan_world
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
+from nccldoctor.cluster.records import Hello, NodeEntry, World
 from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.world import WorldSeen
 

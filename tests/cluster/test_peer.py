@@ -16,6 +16,7 @@ from checks import run_checks
 from nccldoctor.cluster.agent import gather, rendezvous
 from nccldoctor.cluster.diagnosis import merge, peer
 from nccldoctor.cluster.diagnosis.findings import rendezvous_seen
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts.world import HelloFlood, Rejected, WorldSeen
 from nccldoctor.meet import host_store
 from nccldoctor.report import Report
@@ -119,7 +120,7 @@ def test_a_node_entry_that_is_not_one_is_refused_with_why(change, why):
     assert peer.node_entry(json.dumps({**ENTRY, **change}), 1) == (None, why)
 
 
-NODE0 = rendezvous.NodeEntry(slot=0, name="node0", facts={"node": "node0"})
+NODE0 = NodeEntry(slot=0, name="node0", facts={"node": "node0"})
 
 
 @pytest.fixture
@@ -186,7 +187,7 @@ def test_a_verdict_that_is_no_exit_code_is_not_taken(store):
 
 
 def test_the_master_names_a_flood_and_every_rejection_in_one_finding_each():
-    world = rendezvous.plan_world("run1", "gloo", [rendezvous.NodeEntry(slot=0, name="n0")], 2)
+    world = rendezvous.plan_world("run1", "gloo", [NodeEntry(slot=0, name="n0")], 2)
     flood = HelloFlood(19977, 19970, ("198.18.0.9", "198.18.0.8"), 5, 2)
     rejected = [Rejected("entry", "intruder", "node/3", "nested more than 48 deep"),
                 Rejected("result", "n1", "result/1/1", "not JSON")]  # fmt: skip
@@ -206,7 +207,7 @@ def test_the_master_names_a_flood_and_every_rejection_in_one_finding_each():
 
 
 def test_a_merge_with_rejections_keeps_the_nodes_and_names_them():
-    world = rendezvous.plan_world("run1", "gloo", [rendezvous.NodeEntry(slot=0, name="node-a")], 1)
+    world = rendezvous.plan_world("run1", "gloo", [NodeEntry(slot=0, name="node-a")], 1)
     own = Report.from_dict(copy.deepcopy(HEALTHY))
     gathered = merge.Gathered(master="198.18.0.1", world=world, port=29400,
                               rejected=[Rejected("result", "node-b", "result/1/1", "not JSON")],
@@ -231,7 +232,7 @@ def test_a_report_that_breaks_the_merge_is_left_out_and_the_rest_merged(monkeypa
     own = Report.from_dict(copy.deepcopy(HEALTHY))
     good = Report.from_dict({**copy.deepcopy(HEALTHY), "report_path": "/good.json"})
     bad = Report.from_dict({**copy.deepcopy(HEALTHY), "report_path": "/poison.json"})
-    world = rendezvous.plan_world("run1", "gloo", [rendezvous.NodeEntry(slot=0, name="node-a")], 1)
+    world = rendezvous.plan_world("run1", "gloo", [NodeEntry(slot=0, name="node-a")], 1)
     gathered = merge.Gathered(master="198.18.0.1", world=world, port=29400)
     cluster = gather.merge_or_leave_out(("/own.json", own), {1: bad, 2: good}, gathered,
                                         {1: "node-b", 2: "node-c"})  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent import gather
-from nccldoctor.cluster.agent.rendezvous import Keys, NodeEntry, gather_entries
+from nccldoctor.cluster.agent.rendezvous import Keys, gather_entries
 from nccldoctor.cluster.diagnosis.merge import merge_reports
 from nccldoctor.cluster.diagnosis.verdict import (
     VERDICT_GROUPS,
@@ -18,6 +18,7 @@ from nccldoctor.cluster.diagnosis.verdict import (
     rank_findings,
     rank_label,
 )
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.report.answer import answer

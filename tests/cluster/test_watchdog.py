@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
+from nccldoctor.cluster.agent.outcomes import worker_sections
 from nccldoctor.cluster.agent.watchdog import GRACE_S, watch_ranks
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
-from nccldoctor.cluster.diagnosis.results import worker_sections
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.facts.ranks import OutcomeState
 from nccldoctor.forensics.capture import last_nccl_lines

@@ -24,11 +24,11 @@ from typing import NoReturn
 
 from nccldoctor.cluster.agent import launcher
 from nccldoctor.cluster.agent.local import Handover, Link, LocalError
+from nccldoctor.cluster.agent.outcomes import load_result
 from nccldoctor.cluster.agent.phases.report import VERDICT_MARGIN_S
 from nccldoctor.cluster.agent.state import Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun, build_node_report
-from nccldoctor.cluster.diagnosis.results import load_result
 from nccldoctor.cluster.worker import rank as worker_rank
 from nccldoctor.cluster.worker.config import WorkerConfig
 from nccldoctor.cluster.worker.workerwatch import GRACE_S, STOP_SIGNALS, block_stop_signals

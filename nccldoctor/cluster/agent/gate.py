@@ -45,6 +45,7 @@ from nccldoctor.cluster.agent.wire import (
     send,
 )
 from nccldoctor.cluster.config import CheckConfig
+from nccldoctor.cluster.records import Hello
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts
 from nccldoctor.facts.world import HelloFlood
 
@@ -61,18 +62,6 @@ FLOOD_ADDRESSES = 1024  # addresses counted one by one; knocks from more are cou
 ACCEPT_PAUSE_S = 0.05  # after a failed accept (out of file descriptors): not a busy loop
 REFUSED = "wrong or missing token"
 BUSY = {"ok": False, "busy": True, "error": "busy: too many connections, retry"}
-
-
-@dataclass
-class Hello:
-    """One node's hello as the master saw it."""
-
-    node: str
-    advertised: str
-    seen: str  # getpeername() of the accepted connection
-    accepted: bool
-    reason: str = ""  # why it was refused
-    t: float = 0.0
 
 
 @dataclass(frozen=True)

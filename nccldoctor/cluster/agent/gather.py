@@ -18,6 +18,7 @@ from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts.run import MasterLost
 from nccldoctor.facts.world import Rejected
 from nccldoctor.report import Report
@@ -136,7 +137,7 @@ def cluster_report(
     keys: rendezvous.Keys | None,
     exit_barrier_s: float,
     gate: Gate | None,
-    entries: Sequence[rendezvous.NodeEntry],
+    entries: Sequence[NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],
     rejected_entries: Sequence[Rejected] = (),

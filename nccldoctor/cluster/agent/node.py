@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nccldoctor.cluster.agent import local, rendezvous, watchdog
+from nccldoctor.cluster.agent import local, outcomes, rendezvous, watchdog
 from nccldoctor.cluster.agent.phases import (
     bootstrap,
     ports,
@@ -38,7 +38,6 @@ from nccldoctor.cluster.agent.phases import (
 from nccldoctor.cluster.agent.phases import rendezvous as rendezvous_phase
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed, Progress
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis import results
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.worker.rank import preload_torch, quiet_omp, uncollected_imports
 from nccldoctor.report import Report
@@ -105,7 +104,7 @@ class NodeAgent:
             watchdog.stop(state.launched)
             if state.launched and not run.ranks:  # interrupted while watching the workers
                 watch = watchdog.observe(state.launched, run.node, str(run.aborted))
-                run.ranks, run.rank_phases, run.worker_results = results.worker_sections(watch)
+                run.ranks, run.rank_phases, run.worker_results = outcomes.worker_sections(watch)
             shown, path = report.run(state)
             if state.leader:  # the node's other processes show this report and exit with it
                 code = shown.exit_code if state.verdict is None else state.verdict

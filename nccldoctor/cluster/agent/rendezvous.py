@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
 # the store helpers live where watch meets too; the agent reaches them through this module
 from nccldoctor.cluster.diagnosis import peer
+from nccldoctor.cluster.records import NodeEntry, World, WorldNode
 from nccldoctor.facts.world import Rejected
 from nccldoctor.meet import RendezvousError, connect_store, host_store  # noqa: F401
 from nccldoctor.report import Report
@@ -34,58 +35,6 @@ REJECTED_KEPT = 16  # rejections kept one by one; past them a writer only costs 
 # costs a bounded scan, and the nodes that took numbers after it are still read.
 SCAN = 64
 WRITE_GRACE_S = 2.0  # between a node's add(count) and its set(node/<slot>): milliseconds
-
-
-@dataclass
-class NodeEntry:
-    """One node as it joined; ``facts`` is the serialised NodeFacts."""
-
-    slot: int
-    name: str
-    advertised: str = ""
-    seen: str = ""
-    procs: int = 1
-    cuda: bool = False
-    requested_rank: int | None = None
-    skew_s: float = 0.0
-    facts: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class WorldNode:
-    node_rank: int
-    slot: int
-    name: str
-    address: str
-    seen: str
-    procs: int
-    rank_offset: int  # global rank of this node's local rank 0
-
-
-@dataclass
-class World:
-    run_id: str
-    backend: str
-    nodes: list[WorldNode]
-    expected: int | None
-    missing: list[str] = field(default_factory=list)
-    abort: str | None = None  # why the run stops after rendezvous (missing nodes, clashes)
-
-    @property
-    def world_size(self) -> int:
-        return sum(n.procs for n in self.nodes)
-
-    def node(self, slot: int) -> WorldNode | None:
-        return next((n for n in self.nodes if n.slot == slot), None)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> World:
-        data = json.loads(text)
-        data["nodes"] = [WorldNode(**n) for n in data["nodes"]]
-        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -274,12 +223,6 @@ def unique_names(names: dict[int, str]) -> dict[int, str]:
     for name in names.values():
         counts[name] = counts.get(name, 0) + 1
     return {r: f"{n}#{r}" if counts[n] > 1 else n for r, n in names.items()}
-
-
-def given_name(world_name: str) -> str:
-    """The name a node joined under (a hostname never holds "#")."""
-    base, mark, rank = world_name.rpartition("#")
-    return base if mark and rank.isdigit() else world_name
 
 
 def wait_world(store: Any, keys: Keys, timeout_s: float) -> World:

@@ -15,6 +15,7 @@ from nccldoctor.cluster.agent import launcher, local, rendezvous
 from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts.world import Rejected
 
 # What the agent tells its caller as it runs: a phase's lines, and nodes joining on the master.
@@ -40,7 +41,7 @@ class AgentState:
     gate: Gate | None = None
     leader: local.Leader | None = None  # local rank 0 of several processes per node
     launched: list[launcher.Launched] = field(default_factory=list)
-    entries: list[rendezvous.NodeEntry] = field(default_factory=list)
+    entries: list[NodeEntry] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)  # store entries that were not ones
     bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
     started: float = field(default_factory=time.monotonic)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from nccldoctor.cluster.agent.gate import Hello
-from nccldoctor.cluster.agent.rendezvous import NodeEntry, World, given_name
+from nccldoctor.cluster.records import Hello, NodeEntry, World, given_name
 from nccldoctor.facts.world import Clock, HelloFlood, Knock, Member, Rejected, Rendezvous
 from nccldoctor.model import Finding, Severity
 

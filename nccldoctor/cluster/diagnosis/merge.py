@@ -23,10 +23,9 @@ from typing import Any
 from checks import all_checks, run_checks, run_cluster_checks
 from checks.linkrates import link_budget
 from checks.world import lost_sentence
-from nccldoctor.cluster.agent.gate import Hello
-from nccldoctor.cluster.agent.rendezvous import NodeEntry, World
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
+from nccldoctor.cluster.records import Hello, NodeEntry, World
 from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.ranks import outcomes
 from nccldoctor.facts.world import HelloFlood, LostNode, MergedFrom, Rejected, WorldSeen, stalls

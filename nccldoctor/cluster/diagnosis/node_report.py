@@ -9,10 +9,10 @@ from typing import Any
 
 from checks import run_checks, run_node_checks
 from checks.linkrates import link_budget
-from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
 from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
+from nccldoctor.cluster.records import World
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import RunObserved
@@ -33,7 +33,7 @@ class NodeRun:
     is_master: bool = False
     run_id: str = ""
     hello: dict[str, Any] | None = None
-    world: rendezvous.World | None = None
+    world: World | None = None
     node_rank: int | None = None
     bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
@@ -53,7 +53,7 @@ class NodeRun:
 
     def rename(self, name: str) -> None:
         """The world's name for this node (its hostname with its node rank, when another
-        node has the same: rendezvous.unique_names) on everything said so far."""
+        node has the same: agent/rendezvous.py unique_names) on everything said so far."""
         old, self.node, self.observed.node = self.node, name, name
         if self.facts is not None:
             self.facts.node = name

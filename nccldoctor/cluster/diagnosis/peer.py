@@ -67,7 +67,7 @@ def node_result(raw: bytes | str) -> tuple[Report | None, str]:
 
 
 def node_entry(raw: bytes | str, slot: int) -> tuple[dict[str, Any] | None, str]:
-    """The fields of a node's entry (rendezvous.NodeEntry) as written to ``node/<slot>``;
+    """The fields of a node's entry (cluster/records.py NodeEntry) as written to ``node/<slot>``;
     (None, why) when it is not one."""
     data, why = _read(raw, MAX_ENTRY_BYTES)
     if data is None:

@@ -1,101 +1,9 @@
-"""The report sections of one node's workers (contract: ``ranks``, ``phases``, ``bandwidth``,
-``mnist``), read from what the workers left in their rank folders and what the watchdog saw."""
+"""The report sections of one node's workers' results (contract: ``bandwidth``, ``mnist``); the
+``ranks`` and ``phases`` rows are the agent's reading of the rank folders (agent/outcomes.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
-
-from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
-from nccldoctor.facts.ranks import MessageSizes, OutcomeState, RankOutcome
-
-# How a worker's own phase watch ends its error when a phase outlived its deadline (worker.py):
-# the rank was blocked, not told "timeout" by the backend, so it is the stuck one.
-WORKER_DEADLINE = "(worker deadline)"
-
-
-def load_result(rank_dir: Path) -> dict[str, Any] | None:
-    """A worker's ``result.json``, or None when it never wrote one (or wrote garbage)."""
-    try:
-        data = json.loads((rank_dir / "result.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> RankOutcome:
-    """One entry of ``ranks``: where the rank got to and how it ended."""
-    failed = next((e for e in reversed(watch.events) if e.get("status") == "fail"), None)
-    error = (result or {}).get("error") or (failed or {}).get("detail") or None
-    stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
-    if stuck:
-        state = OutcomeState.STUCK
-    elif watch.exit_code == 0 and (result or {}).get("ok", False):
-        state = OutcomeState.OK
-    elif result is None and watch.exit_code not in (0, 1, 3):
-        state = OutcomeState.CRASHED  # died without a word: a signal, os._exit, the OOM killer
-    else:
-        state = OutcomeState.FAILED
-    if state is OutcomeState.CRASHED and not error:
-        error = _tail(watch.launched.log_path) or f"exited with code {watch.exit_code}"
-    ok = state is OutcomeState.OK
-    ended = (failed or (watch.events[-1] if watch.events else {})).get("t")
-    return RankOutcome(
-        rank=watch.rank,
-        node=watch.node,
-        state=state,
-        local_rank=watch.launched.local_rank,
-        phase_reached=(result or {}).get("phase_reached") or watch.phase or "startup",
-        exit_code=watch.exit_code,
-        error=error,
-        ended_at=ended if isinstance(ended, (int, float)) else None,  # a garbled event: unknown
-        stuck=stuck,
-        last_nccl_lines=tuple(watch.last_nccl_lines),
-        message_sizes=MessageSizes.from_dict((result or {}).get("message_sizes")),
-        stacks=watch.stacks or (_read(watch.launched.rank_dir / "stacks.txt") if not ok else None),
-        flight_recorder=watch.flight_recorder,
-        log_path=str(watch.launched.log_path),
-    )
-
-
-def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
-    """The ``phases`` rows of one rank, from its start/ok/fail events."""
-    rows: list[dict[str, Any]] = []
-    for event in watch.events:
-        status, phase, t = event.get("status"), event.get("phase"), event.get("t")
-        if status == "start":
-            rows.append(
-                {
-                    "node": watch.node,
-                    "rank": watch.rank,
-                    "phase": phase,
-                    "status": "running",
-                    "started": t,
-                    "ended": None,
-                    "duration_s": None,
-                    "detail": "",
-                }
-            )
-        elif status in ("ok", "fail") and rows and rows[-1]["phase"] == phase:
-            row = rows[-1]
-            row.update(status=status, ended=t, detail=str(event.get("detail") or ""))
-            if isinstance(t, (int, float)) and isinstance(row["started"], (int, float)):
-                row["duration_s"] = round(t - row["started"], 3)
-    if rows and rows[-1]["status"] == "running":
-        rows[-1]["status"] = "timeout" if watch.stuck else "fail"
-        rows[-1]["detail"] = watch.stuck or f"the worker exited with code {watch.exit_code}"
-    return rows
-
-
-def worker_sections(
-    watch: WatchResult,
-) -> tuple[list[RankOutcome], list[dict], dict[int, dict]]:
-    """(ranks rows, phases rows, result.json by rank) of one node."""
-    results = {r.rank: load_result(r.launched.rank_dir) for r in watch.ranks}
-    ranks = [rank_row(r, results[r.rank]) for r in watch.ranks]
-    phases = [row for r in watch.ranks for row in rank_phases(r)]
-    return ranks, phases, {k: v for k, v in results.items() if v is not None}
 
 
 def bandwidth_section(results: dict[int, dict], backend: str, nranks: int) -> dict[str, Any]:
@@ -117,18 +25,3 @@ def mnist_section(results: dict[int, dict]) -> dict[str, Any] | None:
     section = {k: v for k, v in first["mnist"].items() if k != "param_checksum"}
     section["params_identical"] = first.get("params_identical")
     return section
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace") or None
-    except OSError:
-        return None
-
-
-def _tail(path: Path, count: int = 3) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(lines[-count:])

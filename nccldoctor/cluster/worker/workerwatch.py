@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from nccldoctor.cluster.records import WORKER_DEADLINE
+
 HEARTBEAT_S = 1.0  # well inside the agent watchdog's heartbeat budget (Timeouts.heartbeat)
 POLL_S = 0.5
 # The worker's own deadline fires this long after the phase's timeout, so the backend's timeout
@@ -117,7 +119,7 @@ class PhaseWatch(threading.Thread):
                 phase, started, timeout_s = current
                 if now - started > timeout_s + GRACE_S:
                     self._stacks.dump(f"{phase} outlived its {timeout_s:g} s deadline")
-                    self._on_fatal(f"{phase}: timed out after {timeout_s:g} s (worker deadline)")
+                    self._on_fatal(f"{phase}: timed out after {timeout_s:g} s {WORKER_DEADLINE}")
                 if now - last_beat >= HEARTBEAT_S:
                     self._events.emit(phase, "heartbeat", f"{now - started:.1f} of {timeout_s:g} s")
                     last_beat = now

@@ -8,6 +8,7 @@ from typing import Any
 
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts import to_dict
 
 
@@ -15,7 +16,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     c, t, run = state.config, state.config.timeouts, state.run
     state.keys = rendezvous.Keys(run.run_id)
     deadline = time.monotonic() + t.rendezvous
-    entry = rendezvous.NodeEntry(
+    entry = NodeEntry(
         slot=0 if run.is_master else -1,
         name=run.node,
         advertised=(run.hello or {}).get("advertised") or c.master,

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nccldoctor.cluster.agent import launcher, local, watchdog
+from nccldoctor.cluster.agent import launcher, local, outcomes, watchdog
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
-from nccldoctor.cluster.diagnosis import results
 
 
 def run(state: AgentState, row: dict[str, Any]) -> None:
@@ -39,7 +38,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     watch = watchdog.watch_ranks(
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress
     )
-    run.ranks, run.rank_phases, run.worker_results = results.worker_sections(watch)
+    run.ranks, run.rank_phases, run.worker_results = outcomes.worker_sections(watch)
     bad = [r for r in run.ranks if not r.ok]
     if watch.stuck_reason:
         row["status"], row["detail"] = "timeout", watch.stuck_reason
