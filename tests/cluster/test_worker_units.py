@@ -221,7 +221,7 @@ def test_preloading_torch_freezes_its_objects_and_turns_the_collector_back_on():
     import sys
 
     script = (
-        "import gc\nfrom nccldoctor.cluster.worker.rank import preload_torch\n"
+        "import gc\nfrom nccldoctor.cluster.torchstart import preload_torch\n"
         "before = gc.get_freeze_count()\npreload_torch()\n"
         "print(before, gc.get_freeze_count(), gc.isenabled())"
     )

@@ -29,6 +29,7 @@ from nccldoctor.cluster.agent.phases.report import VERDICT_MARGIN_S
 from nccldoctor.cluster.agent.state import Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun, build_node_report
+from nccldoctor.cluster.torchstart import preload_torch, quiet_omp
 from nccldoctor.cluster.worker import rank as worker_rank
 from nccldoctor.cluster.worker.config import WorkerConfig
 from nccldoctor.cluster.worker.workerwatch import GRACE_S, STOP_SIGNALS, block_stop_signals
@@ -48,8 +49,8 @@ def run_follower(
     block_stop_signals()
     started, t, me = time.monotonic(), config.timeouts, config.local
     say = progress or (lambda message: None)
-    worker_rank.quiet_omp(os.environ)  # before torch loads OpenMP (the worker env has it too)
-    imported = threading.Thread(target=worker_rank.preload_torch, name="nccldoctor-import")
+    quiet_omp(os.environ)  # before torch loads OpenMP (the worker env has it too)
+    imported = threading.Thread(target=preload_torch, name="nccldoctor-import")
     imported.daemon = True
     imported.start()  # while local rank 0 runs the node's phases
     try:

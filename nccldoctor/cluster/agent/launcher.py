@@ -33,8 +33,8 @@ from pathlib import Path
 
 from nccldoctor.cluster.agent.local import FollowerProcess
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.cluster.torchstart import quiet_omp
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
-from nccldoctor.cluster.worker.rank import quiet_omp
 from nccldoctor.cluster.worker.workerwatch import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
 

@@ -39,7 +39,7 @@ from nccldoctor.cluster.agent.phases import rendezvous as rendezvous_phase
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed, Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
-from nccldoctor.cluster.worker.rank import preload_torch, quiet_omp, uncollected_imports
+from nccldoctor.cluster.torchstart import preload_torch, quiet_omp, uncollected_imports
 from nccldoctor.report import Report
 
 Phase = Callable[[AgentState, dict[str, Any]], None]

@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from nccldoctor.cluster.records import phase_budget
+from nccldoctor.cluster.torchstart import preload_torch
 from nccldoctor.cluster.worker.collectives import (
     ALLREDUCE,
     Comm,
@@ -351,51 +352,6 @@ class Worker:
         if not identical:
             differing = [c["rank"] for c in gathered if c["sha256"] != gathered[0]["sha256"]]
             self.problems.append(f"checksum: DDP replicas differ from rank 0 on ranks {differing}")
-
-
-def preload_torch() -> None:
-    """Import what the phases use before the first one starts.
-
-    An import holds the GIL for seconds (torch itself; torch._dynamo, which the optimizer
-    imports lazily on first construction), starving the heartbeat thread; paid here, the
-    phases keep their heartbeats and their deadlines measure the work, not the imports.
-    """
-    with uncollected_imports():
-        import torch._dynamo
-        import torch.distributed
-        import torch.nn.parallel
-        import torch.utils.data  # noqa: F401
-
-
-# libgomp reads this once, when torch loads it; unset, a thread that finished its part of an op
-# spins for a while before it sleeps, on the cores the node's other ranks and gloo's threads need
-# (docs/design.md#omp-wait).
-QUIET_OMP = {"OMP_WAIT_POLICY": "PASSIVE"}
-
-
-def quiet_omp(env: MutableMapping[str, str]) -> None:
-    """OpenMP's threads sleep when idle in a rank made from ``env``, unless the user chose."""
-    for name, value in QUIET_OMP.items():
-        env.setdefault(name, value)
-
-
-@contextmanager
-def uncollected_imports() -> Iterator[None]:
-    """The cyclic collector off while torch is imported, and what was made by then frozen.
-
-    The imports make about half a million objects that stay alive to the end; every full
-    collection they set off walks all of them again, a third of torch._dynamo's import
-    (docs/design.md#import-gc). Frozen, the phases' collections and a forked worker's
-    ``gc.collect`` skip them as well (the child then copies none of their pages).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def forked_main(config_path: str, env: Mapping[str, str], log_path: Path) -> NoReturn:
