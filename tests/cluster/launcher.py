@@ -87,7 +87,7 @@ def launch(
             **{k: v for k, v in config.items() if k not in ("bandwidth_sizes", "ddp_steps")},
         )
         path = cfg.write(rank_dir / "config.json")
-        commands.append(["-m", "nccldoctor.cluster.worker.rank", "--config", str(path)])
+        commands.append(["-m", "nccldoctor.cluster.worker.entry", "--config", str(path)])
     return spawn(tmp, store, commands, fault=fault)
 
 

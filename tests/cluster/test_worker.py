@@ -191,7 +191,7 @@ def test_bad_config_exits_3_with_the_reason_on_stderr(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"run_id": "r", "backend": "mpi", "rank_dir": str(tmp_path)}))
     proc = subprocess.run(
-        [sys.executable, "-m", "nccldoctor.cluster.worker.rank", "--config", str(config)],
+        [sys.executable, "-m", "nccldoctor.cluster.worker.entry", "--config", str(config)],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,

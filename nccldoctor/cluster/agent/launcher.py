@@ -3,7 +3,7 @@
 What agent and worker agree on lives in code (docs/design.md#records): the config JSON (``workerconfig``), the env
 (:func:`worker_env`), and what a worker leaves in its rank folder (``worker``, ``workerwatch``).
 
-One process per local rank, running ``nccldoctor.cluster.worker.rank`` on ``<rank_dir>/config.json``
+One process per local rank, running ``nccldoctor.cluster.worker.entry`` on ``<rank_dir>/config.json``
 with the torch launcher variables pointing at the node agents' own store, NCCL's debug output
 sent to a file per rank, and the interface the reach phase found unless the user chose one.
 
@@ -15,7 +15,7 @@ not one per process. Neither NCCL nor CUDA is initialised in the agent: prefligh
 (NVIDIA/nccl src/init.cc); the bootstrap probe runs ncclGetUniqueId in a child process of its
 own; NVML is shut down after preflight. The child sets the worker env before anything
 reads it. Where the agent could not import torch, or torch says a child could not use CUDA
-(:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker.rank --config PATH``.
+(:func:`forkable`), each rank is a fresh ``python -m nccldoctor.cluster.worker.entry --config PATH``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def launch_one(
     if fork:
         proc: Process = ForkedWorker.start(config, env, log_path)
     else:
-        argv = ["-m", "nccldoctor.cluster.worker.rank", "--config", str(config)]
+        argv = ["-m", "nccldoctor.cluster.worker.entry", "--config", str(config)]
         proc = _start(argv, env, log_path, stdin=subprocess.DEVNULL)
     return Launched(rank, local_rank, directory, proc, log_path)
 
@@ -191,7 +191,7 @@ class ForkedWorker:
 
     @classmethod
     def start(cls, config: Path, env: Mapping[str, str], log_path: Path) -> ForkedWorker:
-        from nccldoctor.cluster.worker import rank
+        from nccldoctor.cluster.worker import entry
 
         # The child writes to fresh streams, but a stale reference to these (a logging handler's)
         # would write the agent's pending output into the rank's log.
@@ -204,7 +204,7 @@ class ForkedWorker:
         try:
             pid = os.fork()
             if pid == 0:
-                rank.forked_main(str(config), env, log_path)  # never returns
+                entry.forked_main(str(config), env, log_path)  # never returns
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return cls(pid)
