@@ -163,8 +163,9 @@ def check(
         raise ValueError(f"check {id}: unknown scope {scope!r}")
 
     def decorate(func: Callable[[Any], CheckResult]) -> Callable[[Any], CheckResult]:
-        if scope in _SCOPE_MODULES and func.__module__ != f"{__name__}.{scope}":
-            raise ValueError(f"check {id}: a {scope}-scope rule lives in {__name__}/{scope}.py")
+        home = f"{__name__}.{scope}"  # a module, or a package of modules (checks/ras/)
+        if scope in _SCOPE_MODULES and not f"{func.__module__}.".startswith(f"{home}."):
+            raise ValueError(f"check {id}: a {scope}-scope rule lives in {__name__}/{scope}")
         register(
             Check(id, area, category, scope, func, summary(func.__doc__), tuple(explains), remedy)
         )

@@ -285,7 +285,7 @@ def test_no_finding_is_built_outside_the_registry():
     in checks/__init__.py turns each rule's Problems into Findings; nothing else builds one,
     so the registry (and the field guide made from it) knows every finding id there is."""
     runner = REPO / "checks" / "__init__.py"
-    sources = sorted((REPO / "nccldoctor").rglob("*.py")) + sorted((REPO / "checks").glob("*.py"))
+    sources = sorted((REPO / "nccldoctor").rglob("*.py")) + sorted((REPO / "checks").rglob("*.py"))
     assert len(sources) > 100 and runner in sources
     built = {
         path.relative_to(REPO).as_posix(): found

@@ -103,17 +103,26 @@ def _related(heading: str, entries: Sequence[Any]) -> list[str]:
 
 
 def _severities(func: Any) -> str:
-    """The severities a check's own body names (``Severity.FAIL`` ...), worst first; "" if none.
+    """The severities a check states (a table's rule) or its own body names (``Severity.FAIL``
+    ...), worst first; "" if none.
 
-    Read from the source, so a severity chosen in a helper function is not seen: the row is left
+    A body's are read from the source, so a severity chosen in a helper function is not seen: the row is left
     out then rather than guessed.
     """
+    declared = getattr(func, "severities", None)  # checks/ras/diag.py's rows
+    if declared is not None:
+        return ", ".join(f"`{s.value}`" for s in declared)
     try:
         source = inspect.getsource(func)
     except (OSError, TypeError):
         return ""
     named = set(_SEVERITY.findall(source))
     return ", ".join(f"`{s.lower()}`" for s in ("FAIL", "WARN", "INFO", "OK") if s in named)
+
+
+def _definition(func: Any, module: str) -> str:
+    """The function a rule is, or the row of the table that registers it."""
+    return getattr(func, "table_row", None) or f"`{module}.py`, function `{func.__name__}`"
 
 
 def _note(note: str) -> list[str]:
@@ -199,7 +208,7 @@ def render_check_page(
                 ("area", f"{area_title} (`{check.area}`)"),
                 ("category", f"`{check.category}`: {ref.title}"),
                 ("can report", _severities(check.func)),
-                ("defined in", f"`{module}.py`, function `{check.func.__name__}`"),
+                ("defined in", _definition(check.func, module)),
             ]
         ),
         "",
