@@ -1,7 +1,7 @@
 """Benchmark: the Flight Recorder analysis of 1024 ranks' dumps of 2000 entries each against
 ``pickle.load`` of the same files, in the same run (target: at most 3x), and its memory.
 
-The dumps are made from a genuine one's shape (tests/fixtures/flightrec/gloo-skip, entries with
+The dumps are made from a genuine one's shape (tests/fixtures/flightrec/gloo/skip, entries with
 their Python frames): a world group of all ranks and a tensor-parallel group of 8 per rank, three
 TP allreduces then one world allreduce per step; rank 517 skips the last world allreduce, which
 the analysis must name. Every rank's buffer has wrapped (record ids start past 0). Memory is the
@@ -30,7 +30,7 @@ from checks import run_checks
 from nccldoctor.forensics.flightrec import analyse
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT / "tests/fixtures/flightrec/gloo-skip/nccl_trace_rank_0"
+REAL = ROOT / "tests/fixtures/flightrec/gloo/skip/pickle/nccl_trace_rank_0"
 RANKS = int(os.environ.get("BENCH_FR_RANKS", "1024"))
 ENTRIES, TP, CULPRIT = 2000, 8, 517 % RANKS
 RATIO_LIMIT = 3.0

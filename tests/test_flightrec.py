@@ -56,10 +56,12 @@ def run_job(mode: str, out: Path, buffer: int = 2000, allreduces: int = 3) -> Pa
     return out
 
 
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("fr")
-    return {mode: run_job(mode, base / mode) for mode in ("skip", "shape", "dtype", "ok")}
+@pytest.fixture
+def dumps(fixtures) -> dict[str, Path]:
+    """run_job's dumps of each mode, committed (tests/fixtures/flightrec/README.md); the live
+    job of test_a_live_job_dumps_what_the_committed_dumps_hold holds them to the installed torch."""
+    modes = ("skip", "shape", "dtype", "ok", "skip-wrapped")
+    return {mode: fixtures / "flightrec" / "gloo" / mode for mode in modes}
 
 
 def findings(paths) -> list:
@@ -105,6 +107,22 @@ def test_the_pickle_and_json_forms_read_alike_but_for_frames(dumps):
     assert _without_frames(as_pickle) == _without_frames(as_json)
 
 
+def test_a_live_job_dumps_what_the_committed_dumps_hold(dumps, tmp_path):
+    """The installed torch's dumps of the skip job have the committed ones' files, version and
+    keys, and read alike but for frames: the committed dumps stand for live ones in this file."""
+    live = run_job("skip", tmp_path)
+    for form in ("pickle", "json"):
+        fresh = sorted((live / form).iterdir())
+        kept = sorted((dumps["skip"] / form).iterdir())
+        assert [p.name for p in fresh] == [p.name for p in kept]
+        for mine, theirs in zip(fresh, kept, strict=True):
+            new, old = (load_dump(p.read_bytes()).document for p in (mine, theirs))
+            assert (new["version"], sorted(new)) == (old["version"], sorted(old))
+            assert [sorted(e) for e in new["entries"]] == [sorted(e) for e in old["entries"]]
+        as_live, as_kept = (_without_frames(analyse(p).to_dict()["groups"]) for p in (fresh, kept))
+        assert as_live == as_kept
+
+
 def test_a_rank_that_sends_another_shape_is_a_size_mismatch(dumps):
     found = findings((dumps["shape"] / "pickle").iterdir())
     [mismatch] = by_id(found, "flightrec.collective-mismatch")
@@ -129,11 +147,10 @@ def test_a_healthy_job_has_no_finding(dumps):
     assert (group.desc, group.ranks, group.matched) == ("default_pg", [0, 1], 4)
 
 
-def test_wrapped_buffers_are_aligned_before_matching(tmp_path):
+def test_wrapped_buffers_are_aligned_before_matching(dumps):
     """8 entries per rank over 20 allreduces: rank 0 holds #13-#20, rank 1 (it skipped #20)
     #12-#19; only what both still hold is compared."""
-    run_job("skip", tmp_path, buffer=8, allreduces=19)
-    reading = analyse(sorted((tmp_path / "pickle").iterdir()))
+    reading = analyse(sorted((dumps["skip-wrapped"] / "pickle").iterdir()))
     [group] = reading.groups
     assert group.first_seq == 13
     [d] = group.divergences
@@ -335,9 +352,9 @@ def test_the_ops_of_a_coalesced_collective_are_compared_as_one(dumps):
     assert any("[[16]]" in e for e in mismatch.evidence)
 
 
-def test_the_committed_genuine_dumps_name_the_skipping_rank(fixtures):
-    """tests/fixtures/flightrec/gloo-skip (see its README): the dumps bench/fr.py is built from."""
-    reading = analyse(sorted((fixtures / "flightrec" / "gloo-skip").glob("nccl_trace_rank_*")))
+def test_the_committed_genuine_dumps_name_the_skipping_rank(dumps):
+    """tests/fixtures/flightrec/gloo/skip (see its README): the dumps bench/fr.py is built from."""
+    reading = analyse(sorted((dumps["skip"] / "pickle").glob("nccl_trace_rank_*")))
     assert all(d.error is None for d in reading.dumps)
     [group] = reading.groups
     [d] = group.divergences

@@ -337,7 +337,7 @@ def test_json_depth_is_told_before_parsing() -> None:
 def test_a_real_dump_is_read_whole_and_a_shared_one_is_refused() -> None:
     from nccldoctor.forensics.frload import load_dump
 
-    real = (FIXTURES / "flightrec" / "gloo-skip" / "nccl_trace_rank_0").read_bytes()
+    real = (FIXTURES / "flightrec" / "gloo" / "skip" / "pickle" / "nccl_trace_rank_0").read_bytes()
     assert load_dump(real).document is not None
     shared: list = []
     for _ in range(30):

@@ -51,7 +51,9 @@ def test_each_file_is_sorted_by_its_kind(tmp_path):
 
 def test_flight_recorder_dumps_are_sorted_by_their_readers_own_test(tmp_path):
     """One detector (forensics/flightrec.looks_like_dump) for the ticket and the dump reader."""
-    real = pickle.loads((FIXTURES / "flightrec" / "gloo-skip" / "nccl_trace_rank_0").read_bytes())
+    real = pickle.loads(
+        (FIXTURES / "flightrec" / "gloo" / "skip" / "pickle" / "nccl_trace_rank_0").read_bytes()
+    )
     # the JSON form as nlohmann::json writes it (keys sorted): a long dump's first 64 KiB hold
     # only its entries, pg_config comes after them
     many = {**real, "entries": real["entries"] * 400}
@@ -260,7 +262,7 @@ def test_the_rank_the_dumps_name_missing_is_shown_where_its_nccl_log_stops(tmp_p
     folder = tmp_path / "t"
     folder.mkdir()
     logs = FIXTURES / "logs" / "v2.18-socket-2node"
-    for path in [*logs.iterdir(), *(FIXTURES / "flightrec" / "gloo-skip").iterdir()]:
+    for path in [*logs.iterdir(), *(FIXTURES / "flightrec" / "gloo" / "skip" / "pickle").iterdir()]:
         (folder / path.name).write_bytes(path.read_bytes())
     result = runner.invoke(app, ["explain", "--json", "--no-html", str(folder)])
     document = json.loads(result.stdout)
