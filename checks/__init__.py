@@ -186,7 +186,7 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z`(\"'])")
 
 
 def register(entry: Check) -> None:
-    """Register a check built at run time (a catalogue entry, see ``checks/logs.py``)."""
+    """Register a check built at run time (a catalogue entry, see ``checks/logs/catalogue.py``)."""
     if entry.id in _REGISTRY:
         raise ValueError(f"check id {entry.id} registered twice")
     _REGISTRY[entry.id] = entry
@@ -194,9 +194,9 @@ def register(entry: Check) -> None:
 
 # Modules of this package that hold no checks: the log-signature catalogue is data for the parser.
 _NOT_CHECKS = frozenset({"signatures"})
-# The rules of these scopes live in the module of the scope's name (checks/logs.py ...), so that
-# `preflight` imports neither the parser nor the catalogue; node and cluster rules live in the
-# module of their area.
+# The rules of these scopes live in the module or package of the scope's name (checks/run.py,
+# checks/logs/ ...), so that `preflight` imports neither the parser nor the catalogue; node and
+# cluster rules live in the module of their area.
 _SCOPE_MODULES: frozenset[str] = frozenset(
     {
         "run",

@@ -102,7 +102,7 @@ class SignatureMatch:
         self, evidence: list[str], node: str | None = None, rank: int | None = None
     ) -> Problem:
         """What the signature's rule reports (its id, area and category come from the registry,
-        ``checks/logs.py``)."""
+        ``checks/logs/catalogue.py``)."""
         sig = self.signature
         return Problem(
             severity=sig.severity,

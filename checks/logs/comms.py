@@ -1,37 +1,20 @@
-"""Rules over NCCL/PyTorch logs (scope ``logs``): the inputs, every known signature of the
-catalogue, WARNs no signature explains, and what needs more than one rank's log — who never
-finished init, who stopped early, who disagrees with the others, where the ranks went separate
-ways.
-
-The subject is a :class:`~nccldoctor.ncclog.summary.LogReading`: the parser's records and their
-communicators. Each catalogue entry (``signatures.toml``) is registered here as a rule of its
-own id, so ``--list-checks``, the crash guard and the docs see it like any other rule.
+"""Rules over one communicator's ranks in the logs (scope ``logs``): who never finished init,
+who is missing, who disagrees with the others, where the ranks went separate ways, who
+stopped early or fell behind.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from checks import Check, Problem, check, register
-from checks.signatures import SIGNATURES, Signature, match_line
+from checks import Problem, check
 from nccldoctor.debugenv import NCCL_DEBUG_SUBSYS
 from nccldoctor.model import Severity
-from nccldoctor.ncclog.inputs import MAX_LINE
 from nccldoctor.ncclog.summary import CommGroup, LogReading, Member
 
-# init.cc ncclGetErrorString
-RESULTS = {
-    1: ("ncclUnhandledCudaError", "cuda_error"),
-    2: ("ncclSystemError", "other"),
-    3: ("ncclInternalError", "other"),
-    4: ("ncclInvalidArgument", "env_config"),
-    5: ("ncclInvalidUsage", "env_config"),
-    6: ("ncclRemoteError", "remote_peer_closed"),
-    7: ("ncclInProgress", "other"),
-    8: ("ncclTimeout", "collective_timeout_hang"),
-}
 P2P_FUNCS = {"Send", "Recv", "SendRecv"}
 MAX_EVIDENCE = 12
 _HANG_FIX = (
@@ -77,151 +60,11 @@ def _per_group(judge: Callable[[CommGroup], Problem | None]) -> Callable[[LogRea
                 said.setdefault(problem.title, problem)
         return list(said.values())
 
-    rule.__doc__ = judge.__doc__
-    return rule
-
-
-def _explained(reading: LogReading) -> set[str]:
-    """Processes (``host:pid``) whose lines a known signature matched."""
-    return {key for hit in reading.logs.signatures.values() for key in hit.keys}
-
-
-# --- the inputs ----------------------------------------------------------------------------------
+    return functools.wraps(judge)(rule)  # its page names and reads the judge (docs/findings/)
 
 
 # A rank that stopped or diverged is why the others' watchdogs time out: their timeouts follow.
 WATCHDOG_TIMEOUTS = ("torch.watchdog-timeout", "torch.watchdog-failure-seq", "torch.watchdog-stuck")
-
-
-@check("logs.unreadable", area="logs", category="other", scope="logs")
-def unreadable(reading: LogReading) -> Problem | None:
-    """An input could not be read to the end."""
-    errors = reading.logs.read_errors
-    if not errors:
-        return None
-    return Problem(
-        Severity.WARN,
-        f"{len(errors)} input(s) could not be read to the end",
-        errors[:8],
-        "Check the files' permissions and that they are complete.",
-    )
-
-
-@check("logs.lines-cut", area="logs", category="other", scope="logs")
-def lines_cut(reading: LogReading) -> Problem | None:
-    """Lines longer than any NCCL line were cut: what they held past the cut was not read."""
-    cut = reading.logs.cut_lines
-    if not cut:
-        return None
-    return Problem(
-        Severity.WARN,
-        f"{sum(cut.values())} line(s) over {MAX_LINE // 1024} KiB cut in {len(cut)} input(s)",
-        [f"{name}: {n} line(s) cut" for name, n in list(cut.items())[:8]],
-        "No NCCL line is that long: a progress bar that redraws itself with a carriage return\n"
-        "(tqdm writing to a file) or binary data. NCCL lines glued behind such a bar are lost\n"
-        "at the cut; give the bar's redraws their own lines and explain the copy:\n"
-        "tr '\\r' '\\n' < job.log > job.lines.log",
-    )
-
-
-@check("logs.truncated", area="logs", category="other", scope="logs")
-def truncated(reading: LogReading) -> Problem | None:
-    """Lines past one of the reader's bounds (nccldoctor/limits.py) were left out: a number
-    Python will not read, more processes than any node runs."""
-    left = reading.logs.left_out
-    if not left:
-        return None
-    return Problem(
-        Severity.WARN,
-        f"{sum(left.values())} line(s) left out of the reading",
-        [f"{n} {why}" for why, n in left.items()],
-        "No NCCL line holds such a number, and no log that many processes: the file is\n"
-        "damaged or not a log. Attach the ranks' own NCCL_DEBUG_FILE logs.",
-    )
-
-
-@check("logs.no-nccl-output", area="logs", category="env_config", scope="logs")
-def no_nccl_output(reading: LogReading) -> Problem | None:
-    """The inputs hold no NCCL debug output at all."""
-    logs = reading.logs
-    if logs.nccl_lines or logs.bare_versions:
-        return None
-    counted = [f"{logs.other_lines} other lines, {logs.garbled_lines} garbled"]
-    gloo = sorted(sig for sig in logs.signatures if "gloo" in sig)
-    if gloo:  # a gloo job: NCCL has nothing to log, and its advice would be wrong
-        return Problem(
-            Severity.INFO,
-            f"no NCCL output in {logs.lines} lines: this job ran its collectives on gloo",
-            [*counted, f"gloo's own lines: {', '.join(gloo)}"],
-            "The gloo findings above are the evidence; NCCL_DEBUG changes nothing for gloo.",
-        )
-    return Problem(
-        Severity.WARN,
-        f"no NCCL debug output in {logs.lines} lines of {len(logs.sources)} input(s)",
-        counted,
-        "If this job used NCCL (backend nccl), NCCL logs only when asked to. Rerun with:\n"
-        f"export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}\n"
-        "export NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log   # one file per process",
-    )
-
-
-# --- the catalogue of known signatures -----------------------------------------------------------
-
-
-def _signature_rule(signature: Signature) -> Callable[[LogReading], Problem | None]:
-    def rule(reading: LogReading) -> Problem | None:
-        hit = reading.logs.signatures.get(signature.id)
-        if hit is None:
-            return None
-        lines = [h for h in hit.lines if signature.describes(h[1])]
-        if not lines:
-            return None
-        text, _, key = lines[0]
-        matched = [m for m in match_line(text) if m.signature.id == signature.id]
-        if not matched:
-            return None
-        evidence = [line.strip() for _, line, _ in lines]
-        if len(lines) == len(hit.lines) and hit.count > len(evidence):
-            evidence.append(f"(seen {hit.count} times in all)")
-        proc = reading.logs.processes.get(key or "")
-        return matched[0].to_problem(
-            evidence, proc.host if proc else None, proc.rank if proc else None
-        )
-
-    return rule
-
-
-def _register_signatures(signatures: Iterable[Signature]) -> None:
-    for sig in signatures:
-        register(Check(sig.id, "logs", sig.category, "logs", _signature_rule(sig), sig.title))
-
-
-_register_signatures(SIGNATURES)
-
-
-@check("logs.nccl-warning", area="logs", category="other", scope="logs")
-def unexplained_warnings(reading: LogReading) -> Iterator[Problem]:
-    """NCCL printed WARN lines that no known signature explains (one finding per process)."""
-    for p in reading.logs.processes.values():
-        plain = [w for w in p.warns if not match_line(w.msg)]
-        if not plain:
-            continue
-        evidence = []
-        for w in plain[:6]:
-            where = f"{w.file}:{w.line}" + (f" ({w.func})" if w.func else "") if w.file else ""
-            evidence.append(f"{where} {w.msg}".strip())
-            evidence.extend(f"  {h}" for h in w.hints[:2])
-        yield Problem(
-            Severity.WARN,
-            f"NCCL printed {len(plain)} warning(s) in {p.key}",
-            evidence,
-            "Read the warnings (and the HINT lines under them); rerun with NCCL_DEBUG=INFO for context.",
-            node=p.host,
-            rank=p.rank,
-        )
-
-
-# --- one communicator's ranks ---------------------------------------------------------------------
 
 
 def _init_stuck(group: CommGroup) -> tuple[list[Member], list[Member]]:
@@ -461,91 +304,3 @@ def rank_behind(reading: LogReading) -> Problem | None:
         "export TORCH_NCCL_DESYNC_DEBUG=1 TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
         rank=behind[0],
     )
-
-
-# --- the processes ---------------------------------------------------------------------------------
-
-
-@check("logs.version-mismatch", area="logs", category="version_mismatch", scope="logs")
-def version_mismatch(reading: LogReading) -> Problem | None:
-    """Processes run different NCCL versions."""
-    procs = reading.logs.processes.values()
-    versions = {p.key: p.nccl_version for p in procs if p.nccl_version}
-    if len(set(versions.values())) < 2:
-        return None
-    return Problem(
-        Severity.FAIL,
-        f"processes run different NCCL versions: {', '.join(sorted(set(versions.values())))}",
-        [f"{key}: NCCL {v}" for key, v in sorted(versions.items())],
-        "Use one NCCL everywhere: the same container image or the same torch wheel on\n"
-        "every node (PyTorch wheels bundle their own libnccl).",
-    )
-
-
-@check("logs.env-differs", area="logs", category="env_config", scope="logs")
-def env_differs(reading: LogReading) -> Problem | None:
-    """NCCL_* settings differ between processes (or are unset on some)."""
-    procs = list(reading.logs.processes.values())
-    if len(procs) < 2:
-        return None
-    env_values: dict[str, dict[str, str]] = defaultdict(dict)
-    for p in procs:
-        for name, value in p.env.items():
-            env_values[name][p.key] = value
-    differing = {
-        n: v for n, v in env_values.items() if len(set(v.values())) > 1 or len(v) < len(procs)
-    }
-    if not differing:
-        return None
-    evidence = [
-        f"{n}: "
-        + ", ".join(f"{k}={v}" for k, v in sorted(vals.items())[:6])
-        + ("" if len(vals) == len(procs) else f" (unset on {len(procs) - len(vals)} processes)")
-        for n, vals in sorted(differing.items())
-    ]
-    return Problem(
-        Severity.WARN,
-        f"NCCL_* settings differ between processes: {', '.join(sorted(differing))}",
-        evidence,
-        "Set NCCL_* variables identically on every node (different NCCL_ALGO/PROTO/IB_* values\n"
-        "make ranks choose differently and hang). Check ~/.nccl.conf and /etc/nccl.conf too.",
-    )
-
-
-@check("logs.nccl-error", area="logs", category="other", scope="logs")
-def nccl_error(reading: LogReading) -> Iterator[Problem]:
-    """NCCL returned an error code; a detail when a known signature already names the cause."""
-    explained = _explained(reading)
-    for p in reading.logs.processes.values():
-        if not p.error_code:
-            continue
-        name, category = RESULTS.get(p.error_code, (f"error {p.error_code}", "other"))
-        yield Problem(
-            Severity.INFO if p.key in explained else Severity.FAIL,
-            f"NCCL returned {name} ({p.error_code}) in {p.key}",
-            [w.text.strip() for w in p.warns[-3:]] + p.backtrace[-4:],
-            "The WARN lines before the error chain name the cause; the '-> N' lines are the\n"
-            "call path (read bottom-up).",
-            node=p.host,
-            rank=p.rank,
-            category=category,
-        )
-
-
-@check("logs.connect-retries", area="logs", category="connect_refused_or_timeout", scope="logs")
-def connect_retries(reading: LogReading) -> Iterator[Problem]:
-    """A process retried its connections to peers."""
-    for p in reading.logs.processes.values():
-        retries = sum(p.connect_retries.values())
-        if not retries:
-            continue
-        peers = ", ".join(f"{k} ({n}×)" for k, n in sorted(p.connect_retries.items())[:5])
-        yield Problem(
-            Severity.WARN,
-            f"{p.key} retried connections {retries} times",
-            [f"peers: {peers}", f"last line: {p.last_line}"],
-            "The peer was not listening yet or could not be reached: check that it started, that\n"
-            "its address is routable from here and that no firewall drops the port.",
-            node=p.host,
-            rank=p.rank,
-        )
