@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from checks import Problem, check
-from nccldoctor.forensics.flightrec import (
+from nccldoctor.forensics.frreading import (
     Divergence,
     FlightRecorderReading,
     GroupReading,

@@ -16,28 +16,30 @@ showed each as a bit mask), never every rank's entries at once.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 # the ticket's sniff, re-exported: the reader and the ticket recognise a dump by one test
 from nccldoctor.forensics.dumphead import looks_like_dump as looks_like_dump
 from nccldoctor.forensics.frload import load_dump, read_dump
-from nccldoctor.forensics.stacks import Frame, user_frame
+from nccldoctor.forensics.frreading import (
+    STACK_FRAMES,
+    Divergence,
+    DumpRead,
+    FlightRecorderReading,
+    GroupReading,
+    RankTail,
+    tail_of,
+)
+from nccldoctor.forensics.frsigs import Sig, bits, mismatch_kind, op_type, payload_texts, side_of
 from nccldoctor.limits import MAX_DUMP_SIGNATURE_BYTES, MAX_SIGNATURE_BYTES
 
 # torchfrtrace's file name rule (loader.py): the rank is the number the name ends with.
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
-# Ops whose input or output sizes legitimately differ across ranks (types.py Op.match).
-_INPUT_SIZES_VARY = ("all_to_all", "scatter")
-_OUTPUT_SIZES_VARY = ("all_to_all", "gather")
 # The divergences kept per process group; later ones are counted (torchfrtrace's mismatch_cap).
 MISMATCH_CAP = 10
-# Frames of the culprit's last op shown as its Python stack.
-STACK_FRAMES = 8
 # Ranks are bits of a mask: a file name claiming rank 10**9 must not cost 125 MB.
 MAX_RANK = 1 << 20
 
@@ -57,137 +59,6 @@ def rank_of(name: str) -> int | None:
     """The rank a dump file's name gives (``nccl_trace_rank_3``, ``fr_trace_rank_3.json``)."""
     m = _RANK_IN_NAME.search(Path(name).name)
     return int(m[1]) if m else None
-
-
-# ---- what the analysis reports ------------------------------------------------------------------
-
-
-@dataclass
-class DumpRead:
-    source: str
-    rank: int | None
-    version: str | None = None
-    entries: int = 0
-    skipped: int = 0  # entries without the keys the matching needs
-    error: str | None = None
-    refused: bool = False
-
-
-@dataclass
-class RankTail:
-    """Where one rank's record of a process group ends."""
-
-    rank: int
-    last_seq: int | None = None
-    last_op: str | None = None
-    last_state: str | None = None
-    completed_seq: int | None = None
-    completed_op: str | None = None
-    where: str | None = None  # the user's innermost frame of the last op
-    stack: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Side:
-    """The ranks that showed one op signature at a sequence number."""
-
-    ranks: list[int]
-    op: str
-    input_sizes: str
-    output_sizes: str
-    dtypes: str
-    state: str
-
-
-@dataclass
-class Divergence:
-    """Where the ranks of a process group stopped agreeing."""
-
-    kind: str  # missing | op | size | dtype | state
-    seq: int
-    p2p: bool
-    op: str
-    sides: list[Side]
-    missing: list[int] = field(default_factory=list)  # ranks that never issued it
-    culprits: list[RankTail] = field(default_factory=list)
-
-
-@dataclass
-class GroupReading:
-    name: str
-    desc: str
-    ranks: list[int] | None  # its members; None when no dump's pg_config names them
-    dumped: list[int]
-    no_dump: list[int]  # members without a dump
-    first_seq: int | None  # the first sequence number every member's buffer still holds
-    last_seq: int | None
-    matched: int  # collectives every member issued alike
-    divergences: list[Divergence]
-    more: int  # divergences past MISMATCH_CAP
-
-    @property
-    def label(self) -> str:
-        name = self.desc or self.name
-        ranks = ranges(self.ranks) if self.ranks is not None else "ranks unknown"
-        return f"process group {name!r} ({ranks})"
-
-
-@dataclass
-class FlightRecorderReading:
-    dumps: list[DumpRead]
-    groups: list[GroupReading]
-    # Where each global rank's NCCL log stops, when the same ticket holds the job's logs
-    # (``explain_ticket``: the ranks of its one world-sized communicator)
-    log_stops: dict[int, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dumps": [asdict(d) for d in self.dumps],
-            "groups": [{**asdict(g), "label": g.label} for g in self.groups],
-        }
-
-
-def ranges(ranks: Iterable[int]) -> str:
-    """``ranks 0-3, 7``."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(parts)
-
-
-# ---- the matching -----------------------------------------------------------------------------
-
-# An op signature: (op, payload, state); the payload is the repr of (input sizes, output sizes,
-# input dtypes, output dtypes), one repr per entry being the cheapest hashable form of them. A
-# coalesced collective is the concatenation of its ops' signatures.
-Sig = tuple[str, ...]
-_FIELDS = 3
-_OP_TYPES: dict[Any, str] = {}
-
-
-def _op_type(name: Any) -> str:
-    """``nccl:send 0->1`` -> ``send``; the backend prefix differs between gloo and NCCL."""
-    op = _OP_TYPES.get(name)
-    if op is None:
-        op = str(name).split(":", 1)[-1].split(" ", 1)[0]
-        if len(_OP_TYPES) < 4096:  # names are a handful; a hostile dump may not grow this
-            _OP_TYPES[name] = op
-    return op
-
-
-def _payload(payload: str) -> tuple[str, str, str]:
-    """(input sizes, output sizes, dtypes) as texts, from a signature's payload (our own repr)."""
-    try:
-        sizes_in, sizes_out, dt_in, dt_out = ast.literal_eval(payload)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return payload, "", ""
-    return str(sizes_in), str(sizes_out), f"{dt_in}->{dt_out}"
 
 
 class _Group:
@@ -290,7 +161,7 @@ class Analysis:
                 seq = int(e["p2p_seq_id"] if p2p else e.get("collective_seq_id", e.get("seq_id")))
                 state = e.get("state")
                 sig = (
-                    _op_type(e["profiling_name"]),
+                    op_type(e["profiling_name"]),
                     repr((e.get("input_sizes"), e.get("output_sizes"),
                           e.get("input_dtypes"), e.get("output_dtypes"))),
                     str(state),
@@ -326,7 +197,9 @@ class Analysis:
             if wrapped:
                 group.wrapped.add(rank)
                 group.floor = max(group.floor, first.get(group, 0))
-            group.tails[rank] = _tail(rank, entries, last.get(group), completed.get(group), status)
+            group.tails[rank] = tail_of(
+                rank, entries, last.get(group), completed.get(group), status
+            )
         return skipped, spent > MAX_DUMP_SIGNATURE_BYTES
 
     def _fold_p2p(self, group: _Group, e: dict[str, Any], seq: int, sig: Sig) -> None:
@@ -336,7 +209,7 @@ class Analysis:
         meta = str(e.get("profiling_name")).split(" ", 1)
         if len(meta) != 2:
             return
-        sizes_in, sizes_out, dtypes = _payload(sig[1])
+        sizes_in, sizes_out, dtypes = payload_texts(sig[1])
         dt_in, _, dt_out = dtypes.partition("->")
         if sig[0] == "send" and "->" in meta[1]:
             src, dst = (int(x) for x in meta[1].split("->"))
@@ -371,13 +244,13 @@ class Analysis:
             seen = 0
             for m in row.values():
                 seen |= m
-            missing = _bits(mask_all & ~seen)
+            missing = bits(mask_all & ~seen)
             diverged = None
             if missing and not missing_found:
                 missing_found = True  # later rows pair up wrongly, as torchfrtrace notes
                 diverged = _divergence("missing", seq, False, row, missing, g)
             elif len(row) > 1:
-                kind = _mismatch_kind(row)
+                kind = mismatch_kind(row)
                 if kind:
                     diverged = _divergence(kind, seq, False, row, [], g)
             if diverged is None:
@@ -452,62 +325,10 @@ def _put(group: _Group, cur: tuple[int, Sig], bit: int) -> None:
     row[sig] = row.get(sig, 0) | bit
 
 
-def _bits(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def _mismatch_kind(row: dict[Sig, int]) -> str | None:
-    """The first way the signatures of a row differ, in torchfrtrace's order (Op.match): op
-    type, sizes, dtypes, state; None when only sizes that may differ (all_to_all) differ."""
-    sigs = list(row)
-    ref = sigs[0]
-    order = ("op", "size", "dtype", "state")
-    worst = None
-    for other in sigs[1:]:
-        kind = _differs(ref, other)
-        if kind and (worst is None or order.index(kind) < order.index(worst)):
-            worst = kind
-    return worst
-
-
-def _differs(a: Sig, b: Sig) -> str | None:
-    if len(a) != len(b):
-        return "op"  # a different number of ops in a coalesced collective
-    ops = [(a[i : i + _FIELDS], b[i : i + _FIELDS]) for i in range(0, len(a), _FIELDS)]
-    if any(x[0] != y[0] for x, y in ops):
-        return "op"
-    payloads = [(x[0], _payload(x[1]), _payload(y[1])) for x, y in ops if x[1] != y[1]]
-    for op, x, y in payloads:
-        if (x[0] != y[0] and op not in _INPUT_SIZES_VARY) or (
-            x[1] != y[1] and op not in _OUTPUT_SIZES_VARY
-        ):
-            return "size"
-    if any(x[2] != y[2] for _, x, y in payloads):
-        return "dtype"
-    if any(x[2] != y[2] for x, y in ops):
-        return "state"
-    return None
-
-
-def _side(sig: Sig, ranks: list[int]) -> Side:
-    ops = [sig[i : i + _FIELDS] for i in range(0, len(sig), _FIELDS)]
-    shown = [(op, *_payload(payload), state) for op, payload, state in ops]
-    if len(shown) == 1:
-        return Side(ranks, *shown[0])
-    part = list(zip(*shown, strict=True))
-    joined = ["[" + ", ".join(p) + "]" for p in part[1:]]
-    return Side(ranks, f"coalesced({', '.join(part[0])})", *joined)
-
-
 def _divergence(
     kind: str, seq: int, p2p: bool, row: dict[Sig, int], missing: list[int], g: _Group
 ) -> Divergence:
-    sides = sorted((_side(sig, _bits(m)) for sig, m in row.items()), key=lambda s: -len(s.ranks))
+    sides = sorted((side_of(sig, bits(m)) for sig, m in row.items()), key=lambda s: -len(s.ranks))
     if kind == "missing":
         culprits = [g.tails[r] for r in missing if r in g.tails]
         culprits += [RankTail(r) for r in missing if r not in g.tails]
@@ -544,58 +365,3 @@ def _judge_p2p(
         kind = "missing" if missing else "size"
         return _divergence(kind, seq, True, row, missing, g)
     return None
-
-
-def _tail(
-    rank: int,
-    entries: list[Any],
-    last: dict[str, Any] | None,
-    completed: dict[str, Any] | None,
-    status: dict[str, Any],
-) -> RankTail:
-    tail = RankTail(rank)
-    if last is None:
-        return tail
-    tail.last_seq = _seq(last)
-    tail.last_op = str(last.get("profiling_name"))
-    tail.last_state = str(last.get("state"))
-    raw = last.get("frames")
-    frames = [
-        Frame(str(f.get("filename")), _int(f.get("line")), str(f.get("name")))
-        for f in (raw if isinstance(raw, list) else [])
-        if isinstance(f, dict)
-    ]
-    frame = user_frame(frames)
-    tail.where = frame.describe() if frame else None
-    tail.stack = [f"{f.func} at {f.file}:{f.line}" for f in frames[:STACK_FRAMES]]
-    # gloo leaves every entry "scheduled": pg_status's counter says what completed
-    done = status.get(str(last.get("pg_id"))) if isinstance(status, dict) else None
-    seq_done = _int(done.get("last_completed_collective"), -1) if isinstance(done, dict) else -1
-    if completed is not None and (_seq(completed) or -1) >= seq_done:
-        tail.completed_seq, tail.completed_op = _seq(completed), str(completed["profiling_name"])
-    elif seq_done > 0:
-        tail.completed_seq = seq_done
-        tail.completed_op = next(
-            (
-                str(e.get("profiling_name"))
-                for e in reversed(entries)
-                if isinstance(e, dict)
-                and e.get("process_group") == last.get("process_group")
-                and not e.get("is_p2p")
-                and _seq(e) == seq_done
-            ),
-            None,
-        )
-    return tail
-
-
-def _seq(e: dict[str, Any]) -> int | None:
-    value = e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id")
-    return _int(value, None)
-
-
-def _int(value: Any, default: Any = 0) -> Any:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
