@@ -20,7 +20,7 @@ import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import nccl_summary
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.views import charts, sections
+from nccldoctor.views import charts, sections, topology
 
 PAGE_TEMPLATE = "report.html.j2"
 
@@ -104,7 +104,7 @@ def log_lines(lines: list[tuple[str, str]]) -> Any:
     )
 
 
-def matrix_rows(matrix: sections.TransportMatrix) -> Any:
+def matrix_rows(matrix: topology.TransportMatrix) -> Any:
     """The rank-by-rank rows, escaped; built here because 64 ranks make 4096 cells, which a
     template loop renders many times slower. Cells repeat: each distinct one is built once."""
     from markupsafe import Markup, escape
@@ -122,7 +122,7 @@ def matrix_rows(matrix: sections.TransportMatrix) -> Any:
             cell = built.get(key)
             if cell is None:
                 css = "self" if key[0] else matrix.css(list(key[1]))
-                text = " ".join(sections.short_transport(label) for label in key[1])
+                text = " ".join(topology.short_transport(label) for label in key[1])
                 cell = built[key] = (
                     f'<td class="{escape(css)}">{escape(text)}{"+GDR" if key[2] else ""}</td>'
                 )
@@ -189,7 +189,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
     banner, answer and consistency table as the document states them."""
     top = section(document, "headline")
     summary = nccl_summary(document)
-    comm = sections.communicator(document)
+    comm = topology.communicator(document)
     bandwidth = section(document, "bandwidth")
     phases = items(document.get("phases"))
     columns, rows = sections.consistency(document)
@@ -206,11 +206,11 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "finding_groups": sections.finding_groups(document),
         "findings_hidden": sections.findings_hidden(document),
         "summary": summary,
-        "nccl_headline": sections.nccl_headline(summary),
-        "matrix": sections.transport_matrix(summary),
-        "rank_transports": sections.rank_transports(comm),
-        "rings": sections.ring_lines(summary, comm),
-        "trees": sections.tree_lines(summary, comm),
+        "nccl_headline": topology.nccl_headline(summary),
+        "matrix": topology.transport_matrix(summary),
+        "rank_transports": topology.rank_transports(comm),
+        "rings": topology.ring_lines(summary, comm),
+        "trees": topology.tree_lines(summary, comm),
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.bandwidth_rows(bandwidth),
         "links": sections.link_table(document),
