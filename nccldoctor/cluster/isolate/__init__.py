@@ -1,0 +1,5 @@
+"""Isolation rounds of `check`: which node, which link (docs/design.md#isolation).
+
+``scheduler`` decides the groups of each round from the tests so far (pure); ``simulate`` runs it
+against a model of faulty nodes and links (bench/isolate.py, the property tests).
+"""

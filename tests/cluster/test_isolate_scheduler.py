@@ -1,0 +1,165 @@
+"""The isolation scheduler against simulated clusters (cluster/isolate/simulate.py): the culprit
+is named, no node or link is blamed without rounds that show it, and the rounds stay few."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nccldoctor.cluster.isolate.scheduler import Round, next_step
+from nccldoctor.cluster.isolate.simulate import Cluster, run
+from nccldoctor.facts.isolation import GroupTest, SizeRate
+
+
+def names(n: int) -> list[str]:
+    return [f"gpu-{i}" for i in range(n)]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> Cluster:
+    """Faulty, slow and gone nodes and bad or slow links (on disjoint pairs): a quarter of the
+    nodes at most are touched by a fault, so most pairs can tell the others apart."""
+    n = draw(st.integers(4, 40))
+    nodes = names(n)
+    order = draw(st.permutations(nodes))
+    budget = max(1, n // 4)
+    k_faulty = draw(st.integers(0, budget))
+    k_slow = draw(st.integers(0, budget - k_faulty))
+    k_gone = draw(st.integers(0, min(1, budget - k_faulty - k_slow)))
+    k_links = draw(st.integers(0, (budget - k_faulty - k_slow - k_gone) // 2))
+    faulty, rest = order[:k_faulty], order[k_faulty:]
+    slow, rest = rest[:k_slow], rest[k_slow:]
+    gone, rest = rest[:k_gone], rest[k_gone:]
+    pairs = [frozenset(rest[2 * i : 2 * i + 2]) for i in range(k_links)]
+    slow_link = draw(st.booleans())
+    return Cluster(
+        nodes,
+        faulty=faulty,
+        slow=slow,
+        bad_links=pairs if not slow_link else [],
+        slow_links=pairs if slow_link else [],
+        gone_from={g: draw(st.integers(1, 3)) for g in gone},
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 300), st.data())
+def test_one_faulty_node_is_named_within_log2_n_plus_2_rounds(n: int, data: st.DataObject) -> None:
+    nodes = names(n)
+    culprit = data.draw(st.sampled_from(nodes))
+    answer = run(Cluster(nodes, faulty=[culprit]))
+    assert answer.rounds <= math.ceil(math.log2(n)) + 2
+    blamed = [v.node for v in answer.nodes if v.state not in ("ok", "undecided")]
+    if n == 2:  # two nodes: nothing tells the node from the link, and nobody is blamed
+        assert blamed == [] and answer.undecided
+        return
+    assert blamed == [culprit]
+    assert answer.state_of(culprit) == "faulty"
+    assert not answer.links and answer.network_wide is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_nothing_is_blamed_without_the_rounds_that_show_it(cluster: Cluster) -> None:
+    answer = run(cluster)
+    by_round = {}
+    for t in answer.tests:
+        by_round.setdefault(t.round, []).append(t)
+    for verdict in answer.nodes:
+        if verdict.state == "faulty":
+            assert verdict.node in cluster.faulty
+        elif verdict.state == "slow":
+            assert verdict.node in cluster.slow
+        elif verdict.state == "unreachable":
+            assert verdict.node in cluster.gone_from
+        if verdict.state != "ok":
+            continue
+        # an ok node passed a round: a test with it that passed
+        assert any(verdict.node in t.members for r in verdict.rounds for t in by_round[r])
+    for verdict in answer.nodes:
+        if verdict.state in ("faulty", "slow", "unreachable"):
+            assert verdict.rounds and all(
+                any(verdict.node in t.members for t in by_round[r]) for r in verdict.rounds
+            )
+    for link in answer.links:
+        pair = frozenset(link.nodes)
+        kind = cluster.bad_links if link.state == "faulty" else cluster.slow_links
+        assert pair in kind
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters())
+def test_every_fault_is_named_when_the_others_can_tell(cluster: Cluster) -> None:
+    answer = run(cluster)
+    if answer.undecided:  # said why; what was decided still holds (the test above)
+        return
+    for node in cluster.faulty:
+        assert answer.state_of(node) == "faulty"
+    for node in cluster.slow:
+        assert answer.state_of(node) == "slow"
+    named = {frozenset(v.nodes) for v in answer.links}
+    for pair in [*cluster.bad_links, *cluster.slow_links]:
+        explained = any(answer.state_of(m) != "ok" for m in pair)
+        assert pair in named or explained
+
+
+def test_the_answer_is_decided_for_most_clusters() -> None:
+    """The undecided escape above is rare: 8 nodes with one fault of each kind are all named."""
+    nodes = names(8)
+    cluster = Cluster(
+        nodes,
+        faulty=["gpu-2"],
+        slow=["gpu-5"],
+        bad_links=[frozenset(("gpu-0", "gpu-7"))],
+    )
+    answer = run(cluster)
+    assert not answer.undecided
+    assert answer.state_of("gpu-2") == "faulty" and answer.state_of("gpu-5") == "slow"
+    assert [v.nodes for v in answer.links] == [("gpu-0", "gpu-7")]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(4, 64))
+def test_every_group_failing_alike_is_network_wide(n: int) -> None:
+    answer = run(Cluster(names(n), everything_fails=True))
+    assert answer.network_wide and "every node" in answer.network_wide
+    assert {v.state for v in answer.nodes} == {"undecided"}
+    assert not answer.links and answer.rounds == 2
+
+
+def test_a_link_is_a_pair_that_fails_while_both_ends_pass_with_others() -> None:
+    answer = run(Cluster(names(8), bad_links=[frozenset(("gpu-1", "gpu-6"))]))
+    assert [v.state for v in answer.nodes] == ["ok"] * 8
+    (link,) = answer.links
+    assert link.nodes == ("gpu-1", "gpu-6") and link.state == "faulty"
+    assert "gpu-1 passed in round(s)" in link.why
+
+
+def test_a_node_that_stops_answering_is_unreachable_and_its_partner_is_not_blamed() -> None:
+    answer = run(Cluster(names(8), faulty=["gpu-6"], gone_from={"gpu-3": 1}))
+    assert answer.state_of("gpu-3") == "unreachable" and answer.state_of("gpu-6") == "faulty"
+    assert all(v.state == "ok" for v in answer.nodes if v.node not in ("gpu-3", "gpu-6"))
+
+
+def test_a_group_far_below_the_median_fails_only_below_its_link_budget_too() -> None:
+    def tests(slow: float) -> list[GroupTest]:
+        rates = [2.2, 2.1, 2.3, slow]
+        return [
+            GroupTest(1, (f"n{2 * i}", f"n{2 * i + 1}"), "ok", (SizeRate(1 << 22, r),))
+            for i, r in enumerate(rates)
+        ]
+
+    nodes = [f"n{i}" for i in range(8)]
+    assert isinstance(next_step(nodes, tests(0.4)), Round)  # n6, n7 are suspects
+    # their link carries 0.5 GB/s: 0.4 is what it can do, not a fault
+    assert not isinstance(next_step(nodes, tests(0.4), {"n6": 0.5, "n7": 0.5}), Round)
+
+
+def test_bad_input_never_breaks_it() -> None:
+    assert next_step([], []).undecided
+    assert next_step(["a"], []).undecided
+    odd = [GroupTest(1, ("a", "zz"), "error"), GroupTest(2, (), "ok"), GroupTest(1, ("a",), "ok")]
+    step = next_step(["a", "b", "c"], odd)
+    assert isinstance(step, Round) or step.nodes
