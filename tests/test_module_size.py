@@ -1,0 +1,37 @@
+"""A bar of the house: no module of nccldoctor/ or checks/ over 400 lines. A module that grows
+past it holds more than one thing; split it by what its parts do (a package per scope, as
+checks/ras/ and checks/logs/ are), never by cutting it in halves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_LINES = 400
+
+# Over the bar for now, each with why. Remove an entry once what it names is under the bar;
+# never add one to let a module grow.
+ALLOWED_OVER = (
+    # the log parser (parser.py's one streaming loop, the folds of NCCL's lines into records):
+    # its restructuring is a slice of work of its own, and the package is being reworked now
+    "nccldoctor/ncclog/",
+    # the nccl-tests reader, being reworked at the time of writing
+    "nccldoctor/ncctests.py",
+    # the cluster run's configuration, being turned into records at the time of writing
+    "nccldoctor/cluster/config.py",
+)
+
+
+def _sizes() -> dict[str, int]:
+    paths = sorted((REPO / "nccldoctor").rglob("*.py")) + sorted((REPO / "checks").rglob("*.py"))
+    return {
+        path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in paths
+    }
+
+
+def test_no_module_is_over_the_bar():
+    sizes = _sizes()
+    assert len(sizes) > 100 and "checks/__init__.py" in sizes
+    over = {p: n for p, n in sizes.items() if n > MAX_LINES and not p.startswith(ALLOWED_OVER)}
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
