@@ -21,6 +21,18 @@ def visible_gpu_count(gpu: GpuFacts) -> int:
     return len(gpu.devices)
 
 
+def _problem(
+    facts: NodeFacts, severity: Severity, title: str, evidence: list[str], fix: str
+) -> Problem:
+    """A GPU problem as the node's run meets it: a run on gloo needs no GPU, so there a failure
+    is a warning (the report still shows what NCCL would lack), and information where the user
+    asked for gloo (``--backend gloo``): a CPU-only run can be healthy."""
+    if facts.backend == "gloo" and severity is Severity.FAIL:
+        severity = Severity.INFO if facts.backend_asked else Severity.WARN
+        title = f"{title} (this check ran on gloo)"
+    return Problem(severity, title, evidence, fix)
+
+
 @check("gpu.no-gpu", area="gpu", category="gpu_visibility")
 def no_gpu(facts: NodeFacts) -> Problem | None:
     """No NVIDIA driver or no GPU: NCCL cannot run on this node (gloo still can)."""
@@ -48,7 +60,8 @@ def no_gpu(facts: NodeFacts) -> Problem | None:
     # A node with driver traces or a CUDA build of torch was meant to run GPUs: broken. A node
     # with neither is a CPU node, where DDP runs on gloo: worth saying, not a warning.
     meant_for_gpus = driver_traces or gpu.torch.cuda_build
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL if meant_for_gpus else Severity.INFO,
         "No usable NVIDIA GPU or driver: NCCL cannot run here",
         evidence,
@@ -71,7 +84,8 @@ def visible_devices_hide_all(facts: NodeFacts) -> Problem | None:
     elif value.split(",")[0].strip() not in _HIDING_VALUES:
         return None
     seen = f"NVML sees {len(gpu.devices)} GPU(s)" if gpu.nvml_available else "NVML not usable"
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL,
         f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from CUDA",
         [f"CUDA_VISIBLE_DEVICES={value!r}", seen],
@@ -89,7 +103,8 @@ def visible_devices_missing(facts: NodeFacts) -> Problem | None:
         return None
     kept = ",".join(str(i) for i in gpu.visible_nvml_indices)
     existing = ", ".join(f"{d.index} ({d.uuid})" for d in gpu.devices)
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL,
         f"CUDA_VISIBLE_DEVICES names {', '.join(gpu.visible_unresolved)}, which this node does not have",
         [
@@ -111,7 +126,8 @@ def compute_mode_exclusive(facts: NodeFacts) -> list[Problem]:
             continue
         prohibited = device.compute_mode == "Prohibited"
         problems.append(
-            Problem(
+            _problem(
+                facts,
                 Severity.FAIL if prohibited else Severity.WARN,
                 f"GPU {device.index} is in {device.compute_mode} compute mode",
                 [
@@ -132,7 +148,8 @@ def mig_enabled(facts: NodeFacts) -> Problem | None:
     migs = [d for d in facts.gpu.devices if d.mig_enabled]
     if not migs:
         return None
-    return Problem(
+    return _problem(
+        facts,
         Severity.WARN,
         f"MIG is enabled on {len(migs)} GPU(s): one instance per process, no P2P between instances",
         [
@@ -151,7 +168,8 @@ def ecc_uncorrected(facts: NodeFacts) -> Problem | None:
     bad = [d for d in facts.gpu.devices if (d.ecc_uncorrected_volatile or 0) > 0]
     if not bad:
         return None
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL,
         f"Uncorrectable ECC errors on GPU {', '.join(str(d.index) for d in bad)}",
         [
@@ -178,7 +196,8 @@ def driver_older_than_torch_cuda(facts: NodeFacts) -> Problem | None:
             return None
     except ValueError:
         return None
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL,
         f"torch is built for CUDA {build}, the driver supports CUDA {driver} at most",
         [
@@ -199,7 +218,8 @@ def unresponsive(facts: NodeFacts) -> Problem | None:
     lost = [d for d in facts.gpu.devices if not d.name and d.read_errors]
     if not lost:
         return None
-    return Problem(
+    return _problem(
+        facts,
         Severity.FAIL,
         f"GPU {', '.join(str(d.index) for d in lost)} does not answer NVML",
         [f"GPU {d.index}: {d.read_errors[0]}" for d in lost],

@@ -162,3 +162,24 @@ def test_unresponsive_fires_for_a_lost_gpu():
 
 def test_unresponsive_quiet_when_only_optional_reads_fail():
     assert run("gpu.unresponsive", node(gpu0={"ecc": None, "mig": None})) == []
+
+
+def test_a_run_on_gloo_judges_gpu_failures_as_warnings_or_information():
+    """A run on gloo needs no GPU: what fails for NCCL warns where the run fell back to gloo,
+    and only informs where the user asked for gloo; a warning stays a warning."""
+    chosen = node(gpu1={"ecc": 4}, gpu0={"mode": 3})
+    chosen.backend = "gloo"
+    (ecc,) = run("gpu.ecc-uncorrected", chosen)
+    assert ecc.severity is Severity.WARN
+    assert ecc.title == "Uncorrectable ECC errors on GPU 1 (this check ran on gloo)"
+    (mode,) = run("gpu.compute-mode-exclusive", chosen)
+    assert mode.severity is Severity.WARN and "gloo" not in mode.title
+
+    chosen.backend_asked = True
+    (ecc,) = run("gpu.ecc-uncorrected", chosen)
+    assert ecc.severity is Severity.INFO
+
+    nccl = node(gpu1={"ecc": 4})
+    nccl.backend, nccl.backend_asked = "nccl", True
+    (ecc,) = run("gpu.ecc-uncorrected", nccl)
+    assert ecc.severity is Severity.FAIL and "gloo" not in ecc.title

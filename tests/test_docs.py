@@ -244,7 +244,7 @@ def _findings_built_here(source: str) -> list[str]:
     """Where ``source`` builds a finding itself: a call of ``Finding(...)`` (or
     ``model.Finding(...)``), ``Finding.from_dict`` of a dict written out in the code, or
     ``replace(finding, id=...)``. Loading a document's findings (``from_dict(f)``) and
-    changing a finding's severity or title (the gloo relaxing) are not."""
+    changing a finding's severity or title are not."""
     built = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):

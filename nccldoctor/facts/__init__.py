@@ -34,6 +34,10 @@ class NodeFacts:
     probe_errors: list[ProbeError] = field(default_factory=list)
     multi_node: bool = False  # a master or WORLD_SIZE > local GPUs says peers are elsewhere
     local_ranks: int | None = None  # ranks this node runs (--procs-per-node, LOCAL_WORLD_SIZE)
+    # The backend of the cluster run this node is judged in (nccl, gloo); None in preflight, which
+    # judges a node for NCCL. A run on gloo needs no GPU (checks/gpu.py).
+    backend: str | None = None
+    backend_asked: bool = False  # chosen with --backend, not by the run for want of a GPU
 
 
 __all__ = [

@@ -1,5 +1,4 @@
-"""The master's records as the ``world`` rules' subject (``facts/world.py``), and the relaxing
-of GPU findings on a gloo run.
+"""The master's records as the ``world`` rules' subject (``facts/world.py``).
 
 The rendezvous (the world, the hellos at the master's listener) and the clocks of the nodes as
 they joined are judged by ``checks/world.py``; what one node observed of its run by the ``run``
@@ -8,12 +7,10 @@ rules of ``checks/run.py``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from nccldoctor.cluster.records import Hello, NodeEntry, World, given_name
 from nccldoctor.facts.world import Clock, HelloFlood, Knock, Member, Rejected, Rendezvous
-from nccldoctor.model import Finding, Severity
 
 
 def rendezvous_seen(
@@ -39,18 +36,3 @@ def rendezvous_seen(
 def clocks(entries: Sequence[NodeEntry]) -> tuple[Clock, ...]:
     """Each node's clock against the master's, as it joined."""
     return tuple(Clock(e.name, e.skew_s) for e in entries)
-
-
-def gpu_findings_on_gloo(findings: list[Finding], forced: bool) -> list[Finding]:
-    """A run on gloo needs no GPU: GPU failures become warnings (info with ``--backend gloo``),
-    so a CPU-only check can be healthy while the report still shows what NCCL would lack."""
-    relaxed = []
-    for f in findings:
-        if f.area == "gpu" and f.severity is Severity.FAIL:
-            f = dataclasses.replace(
-                f,
-                severity=Severity.INFO if forced else Severity.WARN,
-                title=f"{f.title} (this check ran on gloo)",
-            )
-        relaxed.append(f)
-    return relaxed

@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks import run_checks, run_node_checks
+from checks import all_checks, run_checks, run_node_checks
 from checks.linkrates import link_budget
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
-from nccldoctor.cluster.diagnosis.findings import gpu_findings_on_gloo
 from nccldoctor.cluster.records import World
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.ranks import RankOutcome
@@ -66,7 +65,7 @@ class NodeRun:
 
 # Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
 # address the master saw): preflight's predictions are replaced by their judgement of the
-# measurement, run once when the report is built.
+# measurement, run once when the report is built (with the GPU rules, once the backend is known).
 RUN_MEASURED = (
     "master.nat-bridge",
     "socket.default-pick-differs",
@@ -84,12 +83,16 @@ def build_node_report(
     run: NodeRun, config: CheckConfig, command: Sequence[str], elapsed_s: float
 ) -> Report:
     """This node's report (kind "check"): the preflight document plus the run's sections."""
-    findings = [f for f in run.findings if f.id not in RUN_MEASURED] + (
-        run_node_checks(run.facts, only=RUN_MEASURED) if run.facts else []
+    rejudged: tuple[str, ...] = ()
+    if run.facts:
+        # the GPU rules judge for the backend the run uses: a run on gloo needs no GPU
+        run.facts.backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
+        run.facts.backend_asked = config.backend != "auto"
+        gpu_rules = tuple(c.id for c in all_checks("node") if c.area == "gpu")
+        rejudged = RUN_MEASURED + gpu_rules
+    findings = [f for f in run.findings if f.id not in rejudged] + (
+        run_node_checks(run.facts, only=rejudged) if run.facts else []
     )
-    backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
-    if backend == "gloo":
-        findings = gpu_findings_on_gloo(findings, forced=config.backend == "gloo")
     findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
