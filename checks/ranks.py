@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from checks import Problem, check
 from checks.signatures import category_of
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RanksSeen
+from nccldoctor.facts.serde import to_dict
 from nccldoctor.forensics.behind import stopped_at
 from nccldoctor.forensics.stacks import without_cpp_frames
 from nccldoctor.model import Severity
@@ -115,16 +116,16 @@ def allreduce_wrong(seen: RanksSeen) -> list[Problem]:
     """An allreduce returned wrong sums."""
     problems = []
     for rank, result in sorted(seen.results.items()):
-        wrong = [c for c in result.get("correctness") or [] if not c.get("ok", True)]
+        wrong = [c for c in result.correctness if not c.ok]
         if wrong:
             problems.append(
                 Problem(
                     Severity.FAIL,
                     f"allreduce returned wrong values on rank {rank}",
-                    [f"{c.get('dtype')} × {c.get('count')}: {c.get('wrong')} wrong" for c in wrong],
+                    [f"{c.dtype} × {c.count}: {c.wrong} wrong" for c in wrong],
                     "Wrong sums with a healthy network point at memory or GPU faults: run "
                     "nvidia-smi -q -d ECC and NCCL's nccl-tests all_reduce_perf -c 1 on this node.",
-                    node=result.get("node"),
+                    node=result.node,
                     rank=rank,
                 )
             )
@@ -135,15 +136,15 @@ def allreduce_wrong(seen: RanksSeen) -> list[Problem]:
 def ddp_replicas_differ(seen: RanksSeen) -> Problem | None:
     """The DDP replicas are not bit-identical after the training steps."""
     result = seen.results.get(0)
-    if not result or result.get("params_identical") is not False:
+    if result is None or result.params_identical is not False:
         return None
     return Problem(
         Severity.FAIL,
         "DDP replicas are not bit-identical after the training steps",
-        [f"checksums: {result.get('checksums')}"],
+        [f"checksums: {to_dict(result.checksums)}"],
         "Replicas diverge when gradients are reduced wrongly or a rank skips a step; check the "
         "allreduce correctness findings first.",
-        node=result.get("node"),
+        node=result.node,
         rank=0,
     )
 

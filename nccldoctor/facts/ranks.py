@@ -5,6 +5,14 @@ it out of the worker's folder, and every node hands it to the master inside its 
 merge of node report files judges it exactly as the master did. In code it is a
 :class:`RankOutcome`; in the document it is the ``ranks`` entry (docs/report.md#ranks), written
 by :meth:`RankOutcome.to_dict` and read back by :meth:`RankOutcome.from_dict`.
+
+What the agent reads the outcome from is the worker's own word, its ``result.json``
+(:class:`RankResult`): how far the rank got and how it ended, what its collectives checked and
+measured, and the DDP step. The ``ranks`` rules judge its checks (wrong sums, replicas that
+differ); the node report's ``bandwidth`` and ``mnist`` sections are rank 0's. The file is another
+process's output, read after that process ended in whatever way it did:
+:meth:`RankResult.from_json` reads it within the JSON readers' bounds and checks every field's
+type, and says why when it is no result rather than raising anything else.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from nccldoctor.facts.serde import to_dict
+from nccldoctor.facts.serde import from_dict, to_dict
+from nccldoctor.jsondoc import parse
 
 
 class OutcomeState(StrEnum):
@@ -127,6 +136,106 @@ class RankOutcome:
         )
 
 
+@dataclass(frozen=True)
+class CorrectnessRow:
+    """One exact allreduce: ``count`` elements of ``dtype`` and how many came back wrong."""
+
+    dtype: str
+    count: int
+    ok: bool
+    wrong: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A dtype the correctness phase left out, and why (its arithmetic, or the backend's words)."""
+
+    dtype: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BandwidthRow:
+    """One size of the bandwidth sweep in nccl-tests' columns, its time the max over ranks."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    wrong: int
+    iters: int
+    time_combine: str = "max"
+
+
+@dataclass(frozen=True)
+class Checksum:
+    """One rank's DDP parameters after the steps: their float64 sum and the sha256 of their
+    bytes (replicas agree bit for bit)."""
+
+    rank: int
+    sum: float
+    sha256: str
+
+
+@dataclass(frozen=True)
+class MnistResult:
+    """The DDP step: the data it trained on and the loss before and after."""
+
+    source: str  # "real" | "synthetic"
+    path: str | None  # the images file read, when real
+    reason: str | None  # why synthetic data was used, when it was
+    samples: int
+    steps: int
+    loss_before: float
+    loss_after: float
+    param_checksum: Checksum  # this rank's own, before the ranks compare theirs
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's ``result.json``; the fields in the order of the file's keys."""
+
+    rank: int
+    node: str
+    group_rank: int
+    local_rank: int
+    backend: str
+    world_size: int
+    pid: int
+    ok: bool = False
+    error: str | None = None
+    exit_code: int | None = None
+    phase_reached: str = "init"
+    correctness: list[CorrectnessRow] = field(default_factory=list)
+    correctness_skipped: list[Skipped] = field(default_factory=list)
+    bandwidth: list[BandwidthRow] = field(default_factory=list)
+    bandwidth_not_run: list[int] = field(default_factory=list)  # sizes the budget left out
+    # How far the message sizes got: a rank stopped inside a collective names the size it
+    # stalled at next to the largest one every rank got through (an MTU black hole).
+    message_sizes: MessageSizes = field(default_factory=MessageSizes)
+    mnist: MnistResult | None = None
+    params_identical: bool | None = None
+    checksums: list[Checksum] = field(default_factory=list)  # every rank's, by rank
+
+    @classmethod
+    def from_json(cls, text: str) -> RankResult:
+        """The result ``text`` holds.
+
+        Raises:
+            ValueError: saying why it is none: not JSON within the readers' bounds, not an
+                object, a field missing or of the wrong type.
+        """
+        data = parse(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object but {type(data).__name__}")
+        try:
+            return from_dict(cls, data, strict=True)
+        except TypeError as exc:
+            raise ValueError(f"not a rank's result: {exc}") from None
+
+
 def outcomes(rows: Sequence[Any]) -> list[RankOutcome] | None:
     """Every row as a rank outcome, or None when one is not (a report another producer wrote)."""
     try:
@@ -139,7 +248,7 @@ def outcomes(rows: Sequence[Any]) -> list[RankOutcome] | None:
 class RanksSeen:
     # The ranks that did not end well, cause first (``forensics/behind.py`` orders them, once).
     stopped: Sequence[RankOutcome]
-    results: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # result.json by rank
+    results: Mapping[int, RankResult] = field(default_factory=dict)  # result.json by rank
     # Sentences naming nodes that stopped reporting; when they explain every rank's end, every
     # rank is a consequence.
     lost: Sequence[str] = ()

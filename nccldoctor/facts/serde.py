@@ -29,9 +29,11 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def from_dict(cls: type[T], data: Any) -> T:
-    """Rebuild ``cls`` from :func:`to_dict` output; tolerant of missing and extra keys."""
-    return _convert(cls, data)
+def from_dict(cls: type[T], data: Any, strict: bool = False) -> T:
+    """Rebuild ``cls`` from :func:`to_dict` output; tolerant of missing and extra keys.
+    ``strict``: null only where the type allows None (a document of one writer, read whole),
+    else it stands for anything (a report's older producers wrote null for unknowns)."""
+    return _convert(cls, data, strict)
 
 
 @functools.cache
@@ -39,31 +41,45 @@ def _hints(tp: type) -> dict[str, Any]:
     return typing.get_type_hints(tp)
 
 
-def _convert(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _convert(tp: Any, value: Any, strict: bool = False) -> Any:
     origin = typing.get_origin(tp)
+    if value is None:
+        if strict and tp is not Any and not _admits_none(tp, origin):
+            raise TypeError(f"expected {getattr(tp, '__name__', tp)}, got null")
+        return None
     if origin in (typing.Union, types.UnionType):
+        errors = []
         for arg in typing.get_args(tp):
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value)
-            except (TypeError, ValueError):
-                continue
-        raise TypeError(f"{type(value).__name__} is none of {tp}")
+                return _convert(arg, value, strict)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        # one type or None (the usual Optional): its own error says what is wrong inside
+        raise TypeError(
+            errors[0] if len(errors) == 1 else f"{type(value).__name__} is none of {tp}"
+        )
     if origin in (list, tuple):
         (item_tp, *_) = typing.get_args(tp) or (Any,)
-        return [_convert(item_tp, v) for v in value] if isinstance(value, list) else []
+        if strict and not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return [_convert(item_tp, v, strict) for v in value] if isinstance(value, list) else []
     if origin is dict:
         _, val_tp = typing.get_args(tp) or (Any, Any)
-        return {k: _convert(val_tp, v) for k, v in value.items()} if isinstance(value, dict) else {}
+        if strict and not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {type(value).__name__}")
+        return (
+            {k: _convert(val_tp, v, strict) for k, v in value.items()}
+            if isinstance(value, dict)
+            else {}
+        )
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
         hints = _hints(tp)
         kwargs = {
-            f.name: _convert(hints[f.name], value[f.name])
+            f.name: _convert(hints[f.name], value[f.name], strict)
             for f in dataclasses.fields(tp)
             if f.name in value and f.init
         }
@@ -74,6 +90,10 @@ def _convert(tp: Any, value: Any) -> Any:
 
 
 _SCALARS = (str, int, float, bool)
+
+
+def _admits_none(tp: Any, origin: Any) -> bool:
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
 def _is_scalar(tp: type, value: Any) -> bool:

@@ -21,6 +21,7 @@ from nccldoctor.cluster.worker.collectives import (
     check_correctness,
     sweep_bandwidth,
 )
+from nccldoctor.facts.serde import to_dict
 
 rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 store = dist.TCPStore(
@@ -48,4 +49,4 @@ tight = sweep_bandwidth(COLLECTIVES["allreduce"], comm, [4, 4096, 1 << 20, 1 << 
 out["tight"] = {"rows": tight.rows, "not_run": tight.not_run}
 dist.destroy_process_group()
 with open(sys.argv[1], "w") as f:
-    json.dump(out, f)
+    json.dump(to_dict(out), f)

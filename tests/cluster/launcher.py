@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
+from nccldoctor.facts.ranks import RankResult
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL_SIZES = [4**k for k in range(1, 11)]  # 4 B … 1 MiB: quick on two cores
@@ -41,8 +42,8 @@ class Ranks:
                 proc.kill()
                 proc.wait()
 
-    def result(self, rank: int) -> dict[str, Any]:
-        return json.loads((self.dirs[rank] / "result.json").read_text())
+    def result(self, rank: int) -> RankResult:
+        return RankResult.from_json((self.dirs[rank] / "result.json").read_text())
 
     def events(self, rank: int) -> list[dict[str, Any]]:
         path = self.dirs[rank] / "events.jsonl"

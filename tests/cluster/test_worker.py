@@ -14,6 +14,7 @@ import pytest
 
 from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.cluster.worker.workerwatch import GRACE_S, HEARTBEAT_S
+from nccldoctor.facts.ranks import RankResult
 from tests.cluster.idx import write_mnist
 from tests.cluster.launcher import REPO, Ranks, launch, spawn, start_store
 
@@ -34,35 +35,35 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def assert_healthy(ranks: Ranks, n: int) -> dict:
+def assert_healthy(ranks: Ranks, n: int) -> RankResult:
     assert ranks.wait(120) == [0] * n, ranks.output(0)
     results = [ranks.result(r) for r in range(n)]
     for rank, result in enumerate(results):
-        assert (result["rank"], result["world_size"], result["backend"]) == (rank, n, "gloo")
-        assert (result["ok"], result["error"], result["exit_code"]) == (True, None, 0)
-        assert result["phase_reached"] == "destroy"
-        assert result["params_identical"] is True
-        assert len({c["sha256"] for c in result["checksums"]}) == 1
-        assert [c["rank"] for c in result["checksums"]] == list(range(n))
+        assert (result.rank, result.world_size, result.backend) == (rank, n, "gloo")
+        assert (result.ok, result.error, result.exit_code) == (True, None, 0)
+        assert result.phase_reached == "destroy"
+        assert result.params_identical is True
+        assert len({c.sha256 for c in result.checksums}) == 1
+        assert [c.rank for c in result.checksums] == list(range(n))
         # The bandwidth table is combined across ranks, so every rank holds the same one.
-        assert result["bandwidth"] == results[0]["bandwidth"]
+        assert result.bandwidth == results[0].bandwidth
     first = results[0]
-    checked = {(row["dtype"], row["count"]) for row in first["correctness"]}
-    assert all(row["ok"] and row["wrong"] == 0 for row in first["correctness"])
-    skipped = {s["dtype"] for s in first["correctness_skipped"]}
+    checked = {(row.dtype, row.count) for row in first.correctness}
+    assert all(row.ok and row.wrong == 0 for row in first.correctness)
+    skipped = {s.dtype for s in first.correctness_skipped}
     for dtype in ("float32", "float64", "int32", "int64", "bfloat16"):
         assert dtype in skipped or {(dtype, c) for c in (1, 7, 1024, 65_537)} <= checked
-    rows = first["bandwidth"]
-    assert rows and [r["size_bytes"] for r in rows] == sorted(r["size_bytes"] for r in rows)
+    rows = first.bandwidth
+    assert rows and [r.size_bytes for r in rows] == sorted(r.size_bytes for r in rows)
     for row in rows:
-        assert row["wrong"] == 0 and row["time_combine"] == "max" and row["dtype"] == "float32"
-        assert row["count"] * 4 == row["size_bytes"]
-        seconds = row["time_us"] / 1e6
-        assert row["algbw_GBps"] == pytest.approx(row["size_bytes"] / 1e9 / seconds)
-        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (n - 1) / n)
-    mnist = first["mnist"]
-    assert mnist["steps"] == 3 and mnist["loss_after"] < mnist["loss_before"]
-    assert mnist["param_checksum"]["sha256"] == first["checksums"][0]["sha256"]
+        assert row.wrong == 0 and row.time_combine == "max" and row.dtype == "float32"
+        assert row.count * 4 == row.size_bytes
+        seconds = row.time_us / 1e6
+        assert row.algbw_GBps == pytest.approx(row.size_bytes / 1e9 / seconds)
+        assert row.busbw_GBps == pytest.approx(row.algbw_GBps * 2 * (n - 1) / n)
+    mnist = first.mnist
+    assert mnist.steps == 3 and mnist.loss_after < mnist.loss_before
+    assert mnist.param_checksum == first.checksums[0]
     for rank in range(n):
         assert_events_in_order(ranks.events(rank), rank)
     return first
@@ -87,12 +88,12 @@ def test_healthy_two_ranks_with_real_gz_mnist(tmp_path, store):
     started = time.monotonic()
     ranks = launch(tmp_path / "run", store, 2, mnist_root=str(tmp_path / "mnist"))
     first = assert_healthy(ranks, 2)
-    assert first["mnist"]["source"] == "real" and first["mnist"]["path"] == str(images)
-    assert first["mnist"]["samples"] == 300
-    largest = first["bandwidth"][-1]
+    assert first.mnist.source == "real" and first.mnist.path == str(images)
+    assert first.mnist.samples == 300
+    largest = first.bandwidth[-1]
     print(
-        f"\nloopback gloo n=2: {largest['size_bytes']} B busbw {largest['busbw_GBps']:.3f} GB/s"
-        f" ({len(first['bandwidth'])} sizes), run {time.monotonic() - started:.1f} s"
+        f"\nloopback gloo n=2: {largest.size_bytes} B busbw {largest.busbw_GBps:.3f} GB/s"
+        f" ({len(first.bandwidth)} sizes), run {time.monotonic() - started:.1f} s"
     )
 
 
@@ -102,8 +103,8 @@ def test_healthy_three_ranks_with_garbled_mnist_falls_back(tmp_path, store):
     (tmp_path / "mnist" / "train-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x01\x00")
     ranks = launch(tmp_path / "run", store, 3, mnist_root=str(tmp_path / "mnist"))
     first = assert_healthy(ranks, 3)
-    assert first["mnist"]["source"] == "synthetic"
-    assert "magic number 2052, expected 2051" in first["mnist"]["reason"]
+    assert first.mnist.source == "synthetic"
+    assert "magic number 2052, expected 2051" in first.mnist.reason
 
 
 def test_wrong_contribution_fails_the_exact_check(tmp_path, store):
@@ -114,12 +115,12 @@ def test_wrong_contribution_fails_the_exact_check(tmp_path, store):
     assert ranks.wait(120) == [1, 1]
     for rank in range(2):
         result = ranks.result(rank)
-        assert result["ok"] is False and result["exit_code"] == 1
-        assert result["error"].startswith("allreduce_correctness: ")
-        assert sum(row["wrong"] for row in result["correctness"]) > 0
-        assert not any(row["ok"] for row in result["correctness"])
-        assert result["phase_reached"] == "destroy"  # a wrong result is a finding, not a crash
-        assert all(row["wrong"] == 0 for row in result["bandwidth"])
+        assert result.ok is False and result.exit_code == 1
+        assert result.error.startswith("allreduce_correctness: ")
+        assert sum(row.wrong for row in result.correctness) > 0
+        assert not any(row.ok for row in result.correctness)
+        assert result.phase_reached == "destroy"  # a wrong result is a finding, not a crash
+        assert all(row.wrong == 0 for row in result.bandwidth)
 
 
 def test_crash_in_ddp_names_the_phase(tmp_path, store):
@@ -127,11 +128,11 @@ def test_crash_in_ddp_names_the_phase(tmp_path, store):
     codes = ranks.wait(120)
     assert codes[0] == 3
     result = ranks.result(0)
-    assert result["error"] == "ddp: RuntimeError: NCCLDOCTOR_FAULT: injected crash in phase ddp"
-    assert result["phase_reached"] == "ddp" and result["ok"] is False
+    assert result.error == "ddp: RuntimeError: NCCLDOCTOR_FAULT: injected crash in phase ddp"
+    assert result.phase_reached == "ddp" and result.ok is False
     assert ranks.events(0)[-1]["phase"] == "ddp" and ranks.events(0)[-1]["status"] == "fail"
     # The peer loses rank 0 in DDP's allreduce or the checksum: an error, reported, not a hang.
-    assert codes[1] == 3 and ranks.result(1)["phase_reached"] in ("ddp", "checksum")
+    assert codes[1] == 3 and ranks.result(1).phase_reached in ("ddp", "checksum")
 
 
 def test_hang_in_barrier_ends_by_the_deadline_with_stacks(tmp_path, store):
@@ -154,7 +155,7 @@ def test_hang_in_barrier_ends_by_the_deadline_with_stacks(tmp_path, store):
 
     for rank, expected in ((0, "barrier: RuntimeError"), (1, "barrier: timed out after 3 s")):
         result = ranks.result(rank)
-        assert result["phase_reached"] == "barrier" and result["error"].startswith(expected)
+        assert result.phase_reached == "barrier" and result.error.startswith(expected)
         events = ranks.events(rank)
         start = next(e["t"] for e in events if (e["phase"], e["status"]) == ("barrier", "start"))
         failed = events[-1]
@@ -175,7 +176,7 @@ def test_sigterm_while_stuck_still_writes_the_result(tmp_path, store):
     ranks.procs[0].terminate()
     assert ranks.wait(20) == [3]
     result = ranks.result(0)
-    assert result["error"] == "init: stopped by SIGTERM" and result["phase_reached"] == "init"
+    assert result.error == "init: stopped by SIGTERM" and result.phase_reached == "init"
     assert ranks.events(0)[-1]["status"] == "fail"
 
 
@@ -183,8 +184,8 @@ def test_malformed_fault_is_reported_not_ignored(tmp_path, store):
     ranks = launch(tmp_path, store, 1, fault="hang:barrier:rank=one")
     assert ranks.wait(60) == [3]
     result = ranks.result(0)
-    assert result["phase_reached"] == "init"
-    assert "NCCLDOCTOR_FAULT rank 'one' is not a non-negative integer" in result["error"]
+    assert result.phase_reached == "init"
+    assert "NCCLDOCTOR_FAULT rank 'one' is not a non-negative integer" in result.error
 
 
 def test_bad_config_exits_3_with_the_reason_on_stderr(tmp_path):

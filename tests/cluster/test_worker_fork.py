@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 
 from nccldoctor.cluster.agent import launcher, watchdog
 from nccldoctor.cluster.timeouts import Timeouts
+from nccldoctor.facts.ranks import RankResult
 from tests.cluster.launcher import REPO, start_store
 
 
@@ -47,11 +47,11 @@ def test_workers_run_every_phase_with_their_rank(tmp_path, store, fork):
     codes = [item.proc.wait(max(1, end - time.monotonic())) for item in launched]
     for item in launched:
         log = item.log_path.read_text(errors="replace")
-        result = json.loads((item.rank_dir / "result.json").read_text())
+        result = RankResult.from_json((item.rank_dir / "result.json").read_text())
         # RANK and WORLD_SIZE exist only in the env the launcher made for the rank.
-        assert (result["rank"], result["world_size"], result["ok"]) == (item.rank, 2, True), log
-        assert result["pid"] == item.proc.pid
-        assert result["phase_reached"] == "destroy" and result["params_identical"] is True
+        assert (result.rank, result.world_size, result.ok) == (item.rank, 2, True), log
+        assert result.pid == item.proc.pid
+        assert result.phase_reached == "destroy" and result.params_identical is True
         assert "Traceback" not in log
     assert codes == [0, 0]
 
@@ -77,8 +77,8 @@ def test_a_forked_worker_holds_none_of_the_agents_descriptors_and_stops_like_a_f
 
     watchdog.stop([item])  # SIGTERM to its session, as the agent does
     assert item.proc.poll() == 3
-    result = json.loads((item.rank_dir / "result.json").read_text())
-    assert result["error"] == "init: stopped by SIGTERM"
+    result = RankResult.from_json((item.rank_dir / "result.json").read_text())
+    assert result.error == "init: stopped by SIGTERM"
     listener.close()
 
 

@@ -153,7 +153,7 @@ def _own_report(
         run.run_id, run.workers_started = spec.run_id, True
         if result is not None:
             run.worker_results = {me.rank: result}
-            done = f"; its own worker phases ended with exit code {result.get('exit_code')}"
+            done = f"; its own worker phases ended with exit code {result.exit_code}"
     run.aborted = f"rank {me.rank} (local rank {me.local_rank} on {node}): {why}{done}"
     report = build_node_report(run, config, command, time.monotonic() - started)
     path = config.run_dir / f"check-{node}-rank{me.rank}.json"

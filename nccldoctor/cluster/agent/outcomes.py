@@ -4,32 +4,30 @@ rows and the results by rank (docs/design.md#records)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
 from nccldoctor.cluster.records import WORKER_DEADLINE
-from nccldoctor.facts.ranks import MessageSizes, OutcomeState, RankOutcome
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RankResult
 
 
-def load_result(rank_dir: Path) -> dict[str, Any] | None:
+def load_result(rank_dir: Path) -> RankResult | None:
     """A worker's ``result.json``, or None when it never wrote one (or wrote garbage)."""
     try:
-        data = json.loads((rank_dir / "result.json").read_text())
+        return RankResult.from_json((rank_dir / "result.json").read_text(errors="replace"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
 
 
-def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> RankOutcome:
+def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
     """One entry of ``ranks``: where the rank got to and how it ended."""
     failed = next((e for e in reversed(watch.events) if e.get("status") == "fail"), None)
-    error = (result or {}).get("error") or (failed or {}).get("detail") or None
+    error = (result.error if result else None) or (failed or {}).get("detail") or None
     stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
     if stuck:
         state = OutcomeState.STUCK
-    elif watch.exit_code == 0 and (result or {}).get("ok", False):
+    elif watch.exit_code == 0 and result is not None and result.ok:
         state = OutcomeState.OK
     elif result is None and watch.exit_code not in (0, 1, 3):
         state = OutcomeState.CRASHED  # died without a word: a signal, os._exit, the OOM killer
@@ -44,13 +42,13 @@ def rank_row(watch: RankWatch, result: dict[str, Any] | None) -> RankOutcome:
         node=watch.node,
         state=state,
         local_rank=watch.launched.local_rank,
-        phase_reached=(result or {}).get("phase_reached") or watch.phase or "startup",
+        phase_reached=(result.phase_reached if result else None) or watch.phase or "startup",
         exit_code=watch.exit_code,
         error=error,
         ended_at=ended if isinstance(ended, (int, float)) else None,  # a garbled event: unknown
         stuck=stuck,
         last_nccl_lines=tuple(watch.last_nccl_lines),
-        message_sizes=MessageSizes.from_dict((result or {}).get("message_sizes")),
+        message_sizes=result.message_sizes if result else None,
         stacks=watch.stacks or (_read(watch.launched.rank_dir / "stacks.txt") if not ok else None),
         flight_recorder=watch.flight_recorder,
         log_path=str(watch.launched.log_path),
@@ -88,7 +86,7 @@ def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
 
 def worker_sections(
     watch: WatchResult,
-) -> tuple[list[RankOutcome], list[dict], dict[int, dict]]:
+) -> tuple[list[RankOutcome], list[dict], dict[int, RankResult]]:
     """(ranks rows, phases rows, result.json by rank) of one node."""
     results = {r.rank: load_result(r.launched.rank_dir) for r in watch.ranks}
     ranks = [rank_row(r, results[r.rank]) for r in watch.ranks]

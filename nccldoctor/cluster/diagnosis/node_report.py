@@ -13,7 +13,7 @@ from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
 from nccldoctor.cluster.records import World
 from nccldoctor.facts import NetworkFacts, NodeFacts
-from nccldoctor.facts.ranks import RankOutcome
+from nccldoctor.facts.ranks import RankOutcome, RankResult
 from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import AreaState, Finding, Severity
 from nccldoctor.report import Report
@@ -38,7 +38,7 @@ class NodeRun:
     tcp_gbps: float | None = None
     ranks: list[RankOutcome] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
-    worker_results: dict[int, dict] = field(default_factory=dict)
+    worker_results: dict[int, RankResult] = field(default_factory=dict)
     workers_started: bool = False
     cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
     aborted: str | None = None

@@ -14,7 +14,7 @@ from typing import Any
 from checks import run_checks
 from checks.ranks import lost_is_cause, sentence
 from nccldoctor.cluster.records import WORKER_PHASES
-from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RanksSeen
+from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RankResult, RanksSeen
 from nccldoctor.forensics.behind import culprits
 from nccldoctor.model import Finding
 
@@ -111,7 +111,7 @@ def rank_findings(ranks: Sequence[RankOutcome], lost: Sequence[str] = ()) -> lis
 
 def worker_findings(
     ranks: Sequence[RankOutcome],
-    results: Mapping[int, Mapping[str, Any]],
+    results: Mapping[int, RankResult],
     lost: Sequence[str] = (),
 ) -> list[Finding]:
     """Every ``ranks`` rule over one run's ranks and their results (wrong sums, replicas), the

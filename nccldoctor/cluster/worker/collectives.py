@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nccldoctor.facts.ranks import BandwidthRow, CorrectnessRow, Skipped
+
 if TYPE_CHECKING:
     import torch
 
@@ -235,13 +237,14 @@ def check_correctness(
     counts: Sequence[int],
     corrupt: bool,
     progress: SizeProgress = _no_progress,
-) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Exact checks over dtypes x counts: (rows {dtype,count,ok,wrong}, skipped {dtype,reason})."""
-    rows, skipped = [], []
+) -> tuple[list[CorrectnessRow], list[Skipped]]:
+    """Exact checks over dtypes x counts: (a row each, the dtypes skipped and why)."""
+    rows: list[CorrectnessRow] = []
+    skipped: list[Skipped] = []
     for dtype in dtypes:
         if value_modulus(dtype, comm.world_size) is None:
             reason = f"{dtype} cannot hold the sum of {comm.world_size} ranks exactly"
-            skipped.append({"dtype": dtype, "reason": reason})
+            skipped.append(Skipped(dtype, reason))
             continue
         for count in counts:
             size = coll.size_bytes(count, torch_dtype(dtype).itemsize, comm.world_size)
@@ -252,17 +255,17 @@ def check_correctness(
                 reason = unsupported_reason(exc)
                 if reason is None:
                     raise
-                skipped.append({"dtype": dtype, "reason": f"{comm.device.type}: {reason}"})
+                skipped.append(Skipped(dtype, f"{comm.device.type}: {reason}"))
                 break
             total = int(comm.reduce([wrong], "sum")[0])
             progress("done", size)
-            rows.append({"dtype": dtype, "count": count, "ok": total == 0, "wrong": total})
+            rows.append(CorrectnessRow(dtype, count, total == 0, total))
     return rows, skipped
 
 
 @dataclass
 class Sweep:
-    rows: list[dict[str, Any]]
+    rows: list[BandwidthRow]
     not_run: list[int]  # sizes the time budget left out (or too small for the dtype)
 
 
@@ -282,7 +285,7 @@ def sweep_bandwidth(
     ranks run the same collectives and none is left waiting.
     """
     n, itemsize = comm.world_size, torch_dtype(dtype).itemsize
-    rows: list[dict[str, Any]] = []
+    rows: list[BandwidthRow] = []
     not_run: list[int] = []
     start = clock()
     spent = 0.0  # max over ranks of the time spent so far
@@ -314,17 +317,17 @@ def sweep_bandwidth(
         progress("done", nbytes)
         algbw = nbytes / 1e9 / seconds
         rows.append(
-            {
-                "size_bytes": nbytes,
-                "count": nbytes // itemsize,
-                "dtype": dtype,
-                "time_us": seconds * 1e6,
-                "algbw_GBps": algbw,
-                "busbw_GBps": algbw * coll.bus_factor(n),
-                "wrong": total_wrong,
-                "iters": iters,
-                "time_combine": "max",
-            }
+            BandwidthRow(
+                size_bytes=nbytes,
+                count=nbytes // itemsize,
+                dtype=dtype,
+                time_us=seconds * 1e6,
+                algbw_GBps=algbw,
+                busbw_GBps=algbw * coll.bus_factor(n),
+                wrong=total_wrong,
+                iters=iters,
+                time_combine="max",
+            )
         )
         timed.append((size, seconds))
     return Sweep(rows, not_run)

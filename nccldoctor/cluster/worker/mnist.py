@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nccldoctor.facts.ranks import Checksum
+
 if TYPE_CHECKING:
     import torch
 
@@ -186,8 +188,9 @@ def train_ddp(
     return TrainResult(model, steps, loss_before, loss_after)
 
 
-def param_checksum(model: torch.nn.Module) -> dict[str, object]:
-    """float64 sum and sha256 of the parameters' bytes: replicas must agree bit for bit."""
+def param_checksum(model: torch.nn.Module, rank: int) -> Checksum:
+    """float64 sum and sha256 of the parameters' bytes on ``rank``: replicas must agree bit for
+    bit."""
     import hashlib
 
     import torch
@@ -198,4 +201,4 @@ def param_checksum(model: torch.nn.Module) -> dict[str, object]:
         local = param.detach().cpu().contiguous()
         total += float(local.to(torch.float64).sum())
         digest.update(bytes(local.view(torch.uint8).flatten().tolist()))
-    return {"sum": total, "sha256": digest.hexdigest()}
+    return Checksum(rank, total, digest.hexdigest())

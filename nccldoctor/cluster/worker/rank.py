@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -39,6 +39,8 @@ from nccldoctor.cluster.worker.workerwatch import (
     StackDump,
     write_json_atomic,
 )
+from nccldoctor.facts.ranks import Checksum, MnistResult, RankResult
+from nccldoctor.facts.serde import to_dict
 
 EXIT_OK, EXIT_WRONG, EXIT_ERROR = 0, 1, 3
 # Odd counts too, so a backend that chunks by rank or by 4 gets its edges tested.
@@ -106,40 +108,23 @@ class Worker:
         self.problems: list[str] = []  # failed checks: exit 1, the run itself completed
         self._lock = threading.Lock()
         self._finished = False
-        self.result: dict[str, Any] = {
-            "rank": self.ids.rank,
-            "node": socket.gethostname(),
-            "group_rank": self.ids.group_rank,
-            "local_rank": self.ids.local_rank,
-            "backend": config.backend,
-            "world_size": self.ids.world_size,
-            "pid": os.getpid(),
-            "ok": False,
-            "error": None,
-            "exit_code": None,
-            "phase_reached": "init",
-            "correctness": [],
-            "correctness_skipped": [],
-            "bandwidth": [],
-            "bandwidth_not_run": [],
-            # How far the message sizes got: a rank stopped inside a collective names the size
-            # it stalled at next to the largest one every rank got through (an MTU black hole).
-            "message_sizes": {
-                "phase": None,
-                "largest_passed_bytes": None,
-                "last_passed_bytes": None,
-                "in_flight_bytes": None,
-            },
-            "mnist": None,
-            "params_identical": None,
-            "checksums": [],
-        }
+        self.result = RankResult(
+            rank=self.ids.rank,
+            node=socket.gethostname(),
+            group_rank=self.ids.group_rank,
+            local_rank=self.ids.local_rank,
+            backend=config.backend,
+            world_size=self.ids.world_size,
+            pid=os.getpid(),
+        )
 
     # -- bookkeeping -----------------------------------------------------------------------
-    def record(self, **fields: Any) -> None:
+    def record(self, result: RankResult) -> None:
+        """``result`` is this rank's from now on, unless result.json is written already (the
+        phases' thread records, the phase watch's may finish at any moment)."""
         with self._lock:
             if not self._finished:
-                self.result.update(fields)
+                self.result = result
 
     def finish(self, exit_code: int, error: str | None) -> bool:
         """Write result.json once; False when another path already did."""
@@ -147,13 +132,15 @@ class Worker:
             if self._finished:
                 return False
             self._finished = True
-            self.result.update(ok=exit_code == EXIT_OK, error=error, exit_code=exit_code)
-            write_json_atomic(self.result_path, self.result)
+            self.result = replace(
+                self.result, ok=exit_code == EXIT_OK, error=error, exit_code=exit_code
+            )
+            write_json_atomic(self.result_path, to_dict(self.result))
             return True
 
     def _fatal(self, error: str) -> None:
         """From the phase watch: a deadline passed or a stop signal came; end the process now."""
-        self.events.emit(self.result["phase_reached"], "fail", error)
+        self.events.emit(self.result.phase_reached, "fail", error)
         if self.finish(EXIT_ERROR, error):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -162,7 +149,7 @@ class Worker:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         timeout_s = phase_budget(name, self.config.timeouts)
-        self.record(phase_reached=name)
+        self.record(replace(self.result, phase_reached=name))
         self.events.emit(name, "start", f"deadline {timeout_s:g} s")
         self.watch.enter(name, timeout_s)
         started = time.monotonic()
@@ -182,7 +169,7 @@ class Worker:
         try:
             self._phases()
         except BaseException as exc:
-            error = f"{self.result['phase_reached']}: {type(exc).__name__}: {exc}"
+            error = f"{self.result.phase_reached}: {type(exc).__name__}: {exc}"
             self.finish(EXIT_ERROR, error)
             return EXIT_ERROR
         code = EXIT_WRONG if self.problems else EXIT_OK
@@ -253,10 +240,10 @@ class Worker:
             self.faults.corrupts(phase),
             progress=self._size_progress(phase),
         )
-        self.record(correctness=rows, correctness_skipped=skipped)
-        wrong = sum(row["wrong"] for row in rows)
+        self.record(replace(self.result, correctness=rows, correctness_skipped=skipped))
+        wrong = sum(row.wrong for row in rows)
         if wrong:
-            bad = sorted({row["dtype"] for row in rows if row["wrong"]})
+            bad = sorted({row.dtype for row in rows if row.wrong})
             self.problems.append(f"{phase}: {wrong} wrong elements ({', '.join(bad)})")
 
     def _bandwidth(self, comm: Comm) -> None:
@@ -269,21 +256,21 @@ class Worker:
             self.faults.corrupts("bandwidth"),
             progress=self._size_progress("bandwidth"),
         )
-        self.record(bandwidth=sweep.rows, bandwidth_not_run=sweep.not_run)
-        wrong = sum(row["wrong"] for row in sweep.rows)
+        self.record(replace(self.result, bandwidth=sweep.rows, bandwidth_not_run=sweep.not_run))
+        wrong = sum(row.wrong for row in sweep.rows)
         if wrong:
             self.problems.append(f"bandwidth: {wrong} wrong elements")
 
     def _size_progress(self, phase: str) -> SizeProgress:
         def progress(event: str, size: int) -> None:
-            sizes = dict(self.result["message_sizes"])
+            sizes = self.result.message_sizes
             if event == "start":
-                sizes.update(phase=phase, in_flight_bytes=size)
+                sizes = replace(sizes, phase=phase, in_flight_bytes=size)
             else:
-                largest = max(size, sizes["largest_passed_bytes"] or 0)
-                sizes.update(in_flight_bytes=None, last_passed_bytes=size,
-                             largest_passed_bytes=largest)  # fmt: skip
-            self.record(message_sizes=sizes)
+                largest = max(size, sizes.largest_passed_bytes or 0)
+                sizes = replace(sizes, in_flight_bytes=None, last_passed_bytes=size,
+                                largest_passed_bytes=largest)  # fmt: skip
+            self.record(replace(self.result, message_sizes=sizes))
 
         return progress
 
@@ -304,17 +291,17 @@ class Worker:
             lr=cfg.lr,
             seed=cfg.seed,
         )
-        mnist = {
-            "source": data.source,
-            "path": data.path,
-            "reason": data.reason,
-            "samples": len(data.labels),
-            "steps": trained.steps,
-            "loss_before": trained.loss_before,
-            "loss_after": trained.loss_after,
-            "param_checksum": param_checksum(trained.model),
-        }
-        self.record(mnist=mnist)
+        mnist = MnistResult(
+            source=data.source,
+            path=data.path,
+            reason=data.reason,
+            samples=len(data.labels),
+            steps=trained.steps,
+            loss_before=trained.loss_before,
+            loss_after=trained.loss_after,
+            param_checksum=param_checksum(trained.model, comm.rank),
+        )
+        self.record(replace(self.result, mnist=mnist))
         return trained.model
 
     def _checksum(self, comm: Comm, model: Any) -> None:
@@ -329,8 +316,8 @@ class Worker:
                 weight.view(-1)[0] = torch.nextafter(weight.view(-1)[0], weight.new_tensor(1e9))
         # The checksum travels as 5 int64 (the float64 sum's bits, the 32-byte sha256): a plain
         # tensor allgather works on every backend and needs no pickling (all_gather_object).
-        own = param_checksum(model)
-        packed = struct.pack("<d", own["sum"]) + bytes.fromhex(own["sha256"])
+        own = param_checksum(model, comm.rank)
+        packed = struct.pack("<d", own.sum) + bytes.fromhex(own.sha256)
         mine = torch.tensor(struct.unpack("<5q", packed), dtype=torch.int64, device=comm.device)
         parts = [torch.empty_like(mine) for _ in range(comm.world_size)]
         dist.all_gather(parts, mine)
@@ -338,9 +325,9 @@ class Worker:
         for rank, part in enumerate(parts):
             raw = struct.pack("<5q", *part.tolist())
             sum_ = struct.unpack("<d", raw[:8])[0]
-            gathered.append({"rank": rank, "sum": sum_, "sha256": raw[8:].hex()})
-        identical = len({c["sha256"] for c in gathered}) == 1
-        self.record(checksums=gathered, params_identical=identical)
+            gathered.append(Checksum(rank, sum_, raw[8:].hex()))
+        identical = len({c.sha256 for c in gathered}) == 1
+        self.record(replace(self.result, checksums=gathered, params_identical=identical))
         if not identical:
-            differing = [c["rank"] for c in gathered if c["sha256"] != gathered[0]["sha256"]]
+            differing = [c.rank for c in gathered if c.sha256 != gathered[0].sha256]
             self.problems.append(f"checksum: DDP replicas differ from rank 0 on ranks {differing}")
