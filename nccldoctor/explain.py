@@ -3,7 +3,7 @@ and a ticket's other attachments (nccl-tests output, NCCL RAS output, Flight Rec
 nccldoctor reports), each kind read by its reader and judged by its scope's rules.
 
 The parser (``ncclog``) reads and records which lines the signature catalogue recognises; the
-rules of scope ``logs`` (``checks/logs.py``) turn the reading into findings. ``check`` and
+rules of scope ``logs`` (``checks/logs/``) turn the reading into findings. ``check`` and
 ``watch`` read their ranks' logs through the same function. ``explain_ticket`` answers across
 kinds: the nccl-tests rules see the network NCCL's log lines name and each node's NIC capacity
 from the node reports in the same ticket. PyTorch Flight Recorder dumps are matched across ranks

@@ -1,7 +1,7 @@
 """NCCL debug-log intelligence: a streaming parser and the summary of what the logs say.
 
 ``parse_sources`` gives the per-process records, ``explain_logs`` the summary and headline; the
-rules over them are ``checks/logs.py``, and :mod:`nccldoctor.explain` joins the two.
+rules over them are ``checks/logs/``, and :mod:`nccldoctor.explain` joins the two.
 """
 
 from nccldoctor.ncclog.headline import answer, explain_logs

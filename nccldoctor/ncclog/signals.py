@@ -4,7 +4,7 @@ The parser knows no catalogue: its caller hands it an :data:`Identify` (text -> 
 signature id, or None), and every WARN and every line that is not an NCCL debug line (PyTorch,
 the launcher, the app) goes through it. Matching while parsing keeps memory constant (the app's
 own lines are never stored); parse workers record only ids and text, which pickle cheaply. The
-findings are made by the rules (``checks/logs.py``), not here.
+findings are made by the rules (``checks/logs/``), not here.
 """
 
 from __future__ import annotations
