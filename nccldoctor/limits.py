@@ -29,10 +29,16 @@ MAX_JSON_BYTES = 128 << 20
 # each pickle byte may build 45 bytes of objects (two bytes make an empty list: 90 bytes).
 MAX_DUMP_BYTES = 16 << 20
 # Objects a dump may hold, each reference counted again (a list referenced twice is counted
-# twice, as any walk over it visits it twice): 2000 entries with 20 frames each are about 400k;
-# a 700-byte pickle that references one list ten times per level holds 10^40.
+# twice, as any walk over it visits it twice), and objects its pickle builds: 2000 entries with
+# 3 frames each are 144k, with 20 frames about 400k; a 700-byte pickle that references one list
+# ten times per level holds 10^40. Told from the pickle's opcodes before it is unpickled
+# (forensics/pickscan.py).
 MAX_DUMP_OBJECTS = 4_000_000
-# Levels of nesting in a dump: an entry's frames are 4 deep; repr and the analysis recurse.
+# Bytes of the strings, bytes and ints of a dump, each reference counted again: 2000 entries with
+# 3 frames each hold 1.2 MB (torch's pickler writes each string once and refers to it after);
+# 4M objects of 64 bytes. One 100 KB string referred to 10^5 times is 10 GB to any walk.
+MAX_DUMP_TEXT_BYTES = 256 << 20
+# Levels of nesting in a dump: an entry's frames are 5 deep; repr and the analysis recurse.
 MAX_DUMP_DEPTH = 64
 # Bytes of one entry's sizes and dtypes as the matching prints them (a real one is under 1 KB),
 # and of all the entries of one dump: the count of objects does not see one long string that

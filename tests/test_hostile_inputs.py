@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.limits import MAX_DIGITS, MAX_DUMP_BYTES, MAX_JSON_DEPTH
+from tests.test_pickscan import far_memo, huge_length, shared_tuples
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOG = FIXTURES / "logs" / "v2.21-ib-gdr-2node" / "rank0.log"
@@ -153,9 +154,24 @@ def fr_shared(tmp: Path) -> list[str]:
     for _ in range(40):
         shared = [shared] * 10
     (tmp / "nccl_trace_rank_0").write_bytes(pickle.dumps(_fr({"input_sizes": shared}), 4))
-    # one long string in every entry's dtypes: each entry's signature would hold it
+    # one 100 KB string in every entry's dtypes, 50 times: 10 GB of text to any walk
     long = _fr({"input_dtypes": ["x" * 100_000] * 50}, entries=2000)
     (tmp / "nccl_trace_rank_1").write_bytes(pickle.dumps(long, 4))
+    return ["explain", "--json", str(tmp)]
+
+
+def fr_shared_key(tmp: Path) -> list[str]:
+    """A 374-byte dump whose one dict key is a tuple holding the one below three times, 30 deep:
+    3^30 objects for the unpickler's own hashing, before anything could count them."""
+    (tmp / "nccl_trace_rank_0").write_bytes(shared_tuples())
+    return ["explain", "--json", str(tmp)]
+
+
+def fr_allocations(tmp: Path) -> list[str]:
+    """Dumps of some 40 bytes that make the unpickler allocate before it reads on: a length of
+    2^40 bytes, a memo index of 2^30 (its memo grows to twice that many slots)."""
+    (tmp / "nccl_trace_rank_0").write_bytes(huge_length())
+    (tmp / "nccl_trace_rank_1").write_bytes(far_memo())
     return ["explain", "--json", str(tmp)]
 
 
@@ -260,6 +276,8 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     "report_show_digits": (report_show_digits, set()),
     "fr_deep": (fr_deep, {"flightrec.dump-unreadable"}),
     "fr_shared": (fr_shared, {"flightrec.dump-unreadable"}),
+    "fr_shared_key": (fr_shared_key, {"flightrec.dump-unreadable"}),
+    "fr_allocations": (fr_allocations, {"flightrec.dump-unreadable"}),
     "fr_many_lists": (fr_many_lists, {"flightrec.dump-unreadable"}),
     "zip_of_lists": (zip_of_lists, {"ticket.not-read"}),
     "nul_file": (nul_file, {"ticket.not-read"}),

@@ -3,17 +3,15 @@
 A dump (``_dump_fr_trace()``, the ``TORCH_FR_DUMP_TEMP_FILE`` files, or the JSON form of
 ``_dump_fr_trace_json()``) is untrusted input from a ticket. Its pickle is read by an unpickler
 that builds only builtin containers and scalars and refuses any global (what a ``__reduce__``
-that runs code needs). What it builds is then measured before anything else touches it: a
-pickle refers to one object as often as it likes in two bytes, so a 700-byte file can hold a
-list whose every walk (repr, the matching, the JSON of a report) visits 10^40 objects. The
-measure visits the document as any walk would, each reference again, level by level in C
-(``gc.get_referents``), and stops at ``MAX_DUMP_OBJECTS`` objects or ``MAX_DUMP_DEPTH`` levels:
-about a millisecond for a real dump of 2000 entries, a tenth of what reading and matching it
-costs (bench/fr.py), less what turning the collector off while loading saves.
-JSON is measured for its size and nesting before it is parsed (``jsondoc.parse``). What the count
-does not weigh, one long string referred to by every entry, the matching bounds as it prints
-the entries (``limits.MAX_DUMP_SIGNATURE_BYTES``): weighing every string here would cost more
-than the matching itself.
+that runs code needs). Before that unpickler runs, ``pickscan.scan`` tells from the pickle's
+opcodes what it would build: a pickle refers to one object as often as it likes in two bytes, so
+a 700-byte file can hold a list whose every walk (repr, the matching, the JSON of a report)
+visits 10^40 objects, a tuple the unpickler itself would hash for ever as a dict key, or a length
+that makes it allocate gigabytes first. A dump whose objects (``MAX_DUMP_OBJECTS``), text
+(``MAX_DUMP_TEXT_BYTES``) or nesting (``MAX_DUMP_DEPTH``), each shared reference counted again,
+pass their bounds is not unpickled; the finding says which bound and where.
+JSON is measured for its size and nesting before it is parsed (``jsondoc.parse``); it has no
+shared references, so what it holds is bounded by its bytes.
 """
 
 from __future__ import annotations
@@ -26,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nccldoctor.forensics.pickscan import Stop, scan
 from nccldoctor.jsondoc import parse
-from nccldoctor.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS
+from nccldoctor.limits import MAX_DUMP_BYTES, MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BYTES
 
-# References one call of get_referents may list (8 bytes each): a call lists every item of every
-# object it is given, each shared list again, and no object holds more items than its pickle has
-# bytes, so the objects given at once are this over the pickle's size
-_REFS_PER_CALL = 32 << 20
-_CHUNK = 1024  # at most: more objects a call saves no time
+_OPCODES = {
+    v[0]: k for k, v in vars(pickle).items() if k.isupper() and type(v) is bytes and len(v) == 1
+}
 
 
 class DumpRefused(Exception):
@@ -69,7 +66,7 @@ def load_dump(data: bytes) -> Loaded:
         return Loaded(None, f"not read: over {MAX_DUMP_BYTES >> 20} MiB (torch writes under 1 MB)")
     # a dump is plain data without cycles: the collector, set off by its hundred thousand
     # containers, would walk them and the analysis so far again and again for nothing (as
-    # torchfrtrace's loader, it is off while the dump is built and measured)
+    # torchfrtrace's loader, it is off while the dump is built)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -89,46 +86,37 @@ def _load(data: bytes) -> Loaded:
                     raise  # unreadable, said below as for a pickle
                 return Loaded(None, f"not read: a JSON document {exc}")
         else:
+            stopped = scan(data, MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BYTES, MAX_DUMP_DEPTH)
+            if stopped:
+                return _refusal(*stopped)
             document = _SafeUnpickler(io.BytesIO(data)).load()
     except DumpRefused as exc:
         return Loaded(None, f"refused: the pickle asks for {exc} (loading it would run code)", True)
-    except RecursionError:
-        return Loaded(None, "unreadable: nested too deeply")
     except Exception as exc:  # truncated or corrupt: pickle and json raise many kinds
         why = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else "corrupt"
         return Loaded(None, f"unreadable ({why}): {type(exc).__name__}: {exc}")
-    over = _over_bounds(document, max(1, min(_CHUNK, _REFS_PER_CALL // max(len(data), 1))))
-    if over:
-        return Loaded(None, f"not read: {over}")
     if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
         return Loaded(None, "not a Flight Recorder dump: it has no list of entries")
     return Loaded(document)
 
 
-def _over_bounds(document: Any, chunk: int) -> str | None:
-    """Why a walk over ``document`` would not end, or None: the objects it visits (each
-    reference again) and its depth, counted one level at a time in C, ``chunk`` objects of a
-    level at once, before any is visited."""
-    level = [document]
-    visited = 1
-    referents = gc.get_referents
-    for _ in range(MAX_DUMP_DEPTH):
-        if len(level) <= chunk:
-            level = referents(*level)
-            visited += len(level)
-        else:
-            below: list[Any] = []
-            for at in range(0, len(level), chunk):
-                below += referents(*level[at : at + chunk])
-                if visited + len(below) > MAX_DUMP_OBJECTS:
-                    break
-            level = below
-            visited += len(level)
-        if visited > MAX_DUMP_OBJECTS:
-            return (
-                f"it refers to more than {MAX_DUMP_OBJECTS:,} objects (one object referenced "
-                "over and over: a dump torch wrote holds under 1M)"
-            )
-        if not level:
-            return None
-    return f"nested more than {MAX_DUMP_DEPTH} deep (a dump torch wrote nests 5)"
+def _refusal(why: Stop, at: int, number: int) -> Loaded:
+    """What the scan of a pickle found, said for the finding: which bound, where."""
+    name = _OPCODES.get(number, f"0x{number:02x}") if number < 256 else str(number)
+    said = {
+        Stop.TRUNCATED: f"unreadable (truncated): cut short at byte {at}",
+        Stop.OPCODE: f"unreadable (corrupt): byte {at} is no opcode or its argument is wrong",
+        Stop.STACK: f"unreadable (corrupt): {name} at byte {at} lacks what it works on",
+        Stop.MEMO: f"unreadable (corrupt): memo index {number} at byte {at} was not stored",
+        Stop.NOT_DATA: f"refused: its {name} at byte {at} builds something other than plain data",
+        Stop.KEY: f"not read: a dict key or set item at byte {at} is no string or short number "
+        "(the unpickler's hashing of one can take for ever)",
+        Stop.CHANGED: f"not read: a container is changed at byte {at} after it was referenced "
+        "(a cycle: a dump has none)",
+        Stop.OBJECTS: f"not read: it refers to more than {number:,} objects, each reference "
+        "counted again (a dump torch wrote holds under 1M)",
+        Stop.BYTES: f"not read: its text comes to more than {number >> 20} MiB, each reference "
+        "counted again (a dump torch wrote holds a few MB)",
+        Stop.DEPTH: f"not read: nested more than {number} deep (a dump torch wrote nests 5)",
+    }[why]
+    return Loaded(None, said, refused=why is Stop.NOT_DATA)

@@ -1,0 +1,527 @@
+/* The C speedup of nccldoctor/forensics/pickscan.py: what a pickle would build, from its opcodes.
+ *
+ * scan(data, max_objects, max_bytes, max_depth) -> None or (why, at, number), exactly as
+ * pickscan.scan_python computes it (the tests run both on genuine dumps, generated pickles and
+ * hostile ones): the opcodes run over a model of the unpickler's stack and memo where a value is
+ * only its weight (objects a walk visits, bytes of strings and ints, depth in containers, each
+ * shared reference again); `why` is a pickscan.Stop, `at` the opcode's offset.
+ * A list, dict or set lives in `nodes`, which the stack and the memo share, as they share the
+ * object; any other value is copied. Sums stay far below 2^64: each is checked as it grows.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KEY, SCALAR, TUPLE, FROZENSET, LIST, DICT, SET };
+enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, BYTES, DEPTH };
+#define SHORT_DIGITS 18
+
+typedef struct {
+    uint64_t objects, bytes;
+    uint32_t node;  /* a LIST, DICT or SET: its index in nodes, which holds its weight */
+    uint16_t depth;
+    uint8_t kind, frozen;
+} Value;
+
+typedef struct {
+    Value *items;
+    size_t len, cap;
+} Values;
+
+typedef struct {
+    const unsigned char *data;
+    size_t size, pos, at;
+    uint64_t max_objects, max_bytes, max_depth, built, number;
+    int why;
+    Values stack, memo, nodes;
+    size_t *marks;
+    size_t nmarks, capmarks;
+} Scan;
+
+static int stop(Scan *s, int why, uint64_t number) {
+    s->why = why;
+    s->number = number;
+    return -1;
+}
+
+static int grow(Scan *s, void **items, size_t *cap, size_t need, size_t width) {
+    if (need <= *cap)
+        return 0;
+    size_t cap2 = *cap ? *cap * 2 : 1024;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *bigger = realloc(*items, cap2 * width);
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return stop(s, -1, 0);
+    }
+    *items = bigger;
+    *cap = cap2;
+    return 0;
+}
+
+/* A new slot at the end of v (its fields are the caller's to set). */
+static inline Value *slot(Scan *s, Values *v) {
+    if (v->len == v->cap && grow(s, (void **)&v->items, &v->cap, v->len + 1, sizeof(Value)) < 0)
+        return NULL;
+    return &v->items[v->len++];
+}
+
+static inline int mutable(const Value *v) { return v->kind >= LIST; }
+
+/* The weight of a value: a container's lives in its node. */
+static inline Value *weight(Scan *s, Value *v) { return mutable(v) ? &s->nodes.items[v->node] : v; }
+
+static inline int check(Scan *s, const Value *w, uint64_t objects) {
+    if (objects > s->max_objects)
+        return stop(s, OBJECTS, s->max_objects);
+    if (w->bytes > s->max_bytes)
+        return stop(s, BYTES, s->max_bytes);
+    if (w->depth > s->max_depth)
+        return stop(s, DEPTH, s->max_depth);
+    return 0;
+}
+
+/* A scalar just built, pushed: one object of nbytes, no depth. */
+static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
+    if (++s->built > s->max_objects)
+        return stop(s, OBJECTS, s->max_objects);
+    if (nbytes > s->max_bytes)
+        return stop(s, BYTES, s->max_bytes);
+    Value *v = slot(s, &s->stack);
+    if (v == NULL)
+        return -1;
+    v->objects = 1;
+    v->bytes = nbytes;
+    v->node = 0;
+    v->depth = 0;
+    v->kind = (uint8_t)kind;
+    v->frozen = 0;
+    return 0;
+}
+
+/* An empty container just built, in *out; a list, dict or set gets a node of its own. */
+static int new_container(Scan *s, int kind, Value *out) {
+    Value v = {1, 0, 0, 1, (uint8_t)kind, 0};
+    s->built++;
+    if (check(s, &v, s->built) < 0)
+        return -1;
+    if (kind >= LIST) {
+        v.node = (uint32_t)s->nodes.len;
+        Value *node = slot(s, &s->nodes);
+        if (node == NULL)
+            return -1;
+        *node = v;
+    }
+    *out = v;
+    return 0;
+}
+
+static int push_new(Scan *s, int kind) {
+    Value v;
+    if (new_container(s, kind, &v) < 0)
+        return -1;
+    Value *top = slot(s, &s->stack);
+    if (top == NULL)
+        return -1;
+    *top = v;
+    return 0;
+}
+
+/* items go into target (its weight): checked as they come. */
+static inline int add(Scan *s, Value *target, Value *items, size_t count) {
+    Value *t = weight(s, target);
+    for (size_t i = 0; i < count; i++) {
+        const Value *w = weight(s, &items[i]);
+        t->objects += w->objects;
+        t->bytes += w->bytes;
+        if (w->depth + 1 > t->depth)
+            t->depth = (uint16_t)(w->depth + 1);
+        if (check(s, t, t->objects) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static inline size_t fence(const Scan *s) { return s->nmarks ? s->marks[s->nmarks - 1] : 0; }
+
+static inline int need(Scan *s, size_t count, int op) {
+    if (s->stack.len - fence(s) < count)
+        return stop(s, STACK, (uint64_t)op);
+    return 0;
+}
+
+/* Pops the top mark: the items above it start at *start (they stay in place until dropped). */
+static int pop_mark(Scan *s, int op, size_t *start) {
+    if (s->nmarks == 0)
+        return stop(s, STACK, (uint64_t)op);
+    *start = s->marks[--s->nmarks];
+    return 0;
+}
+
+/* The container an opcode changes: of kind, never referenced yet. */
+static Value *target(Scan *s, size_t position, int kind, int op) {
+    if (position < fence(s) || position >= s->stack.len) {
+        stop(s, STACK, (uint64_t)op);
+        return NULL;
+    }
+    Value *v = &s->stack.items[position];
+    if (v->kind != kind) {
+        stop(s, STACK, (uint64_t)op);
+        return NULL;
+    }
+    if (s->nodes.items[v->node].frozen) {
+        stop(s, CHANGED, (uint64_t)op);
+        return NULL;
+    }
+    return v;
+}
+
+static int keys(Scan *s, const Value *items, size_t count, int op, int pairs) {
+    if (pairs && count % 2)
+        return stop(s, STACK, (uint64_t)op);
+    for (size_t i = 0; i < count; i += pairs ? 2 : 1)
+        if (items[i].kind != KEY)
+            return stop(s, BADKEY, (uint64_t)op);
+    return 0;
+}
+
+/* The items from start up become one new container of kind, pushed in their place. */
+static int container(Scan *s, size_t start, int kind) {
+    Value v;
+    if (new_container(s, kind, &v) < 0)
+        return -1;
+    if (add(s, &v, s->stack.items + start, s->stack.len - start) < 0)
+        return -1;
+    s->stack.len = start;
+    Value *top = slot(s, &s->stack);
+    if (top == NULL)
+        return -1;
+    *top = v;
+    return 0;
+}
+
+static inline int push_reference(Scan *s, const Value *v) {
+    if (mutable(v))
+        s->nodes.items[v->node].frozen = 1;  /* referenced twice now: its weight is final */
+    Value copy = *v;  /* v may live in the stack that grows */
+    Value *top = slot(s, &s->stack);
+    if (top == NULL)
+        return -1;
+    *top = copy;
+    return 0;
+}
+
+static inline int get(Scan *s, uint64_t index) {
+    if (index >= s->memo.len)
+        return stop(s, MEMO, index);
+    return push_reference(s, &s->memo.items[index]);
+}
+
+static inline int put(Scan *s, uint64_t index, int op) {
+    if (need(s, 1, op) < 0)
+        return -1;
+    if (index > s->memo.len)
+        return stop(s, MEMO, index);
+    Value *entry = index == s->memo.len ? slot(s, &s->memo) : &s->memo.items[index];
+    if (entry == NULL)
+        return -1;
+    *entry = s->stack.items[s->stack.len - 1];
+    return 0;
+}
+
+static int have(Scan *s, size_t pos, uint64_t count) {
+    if (count > s->size - pos)
+        return stop(s, TRUNCATED, count - (s->size - pos));
+    return 0;
+}
+
+static uint64_t little(const unsigned char *p, int width) {
+    uint64_t x = 0;
+    for (int i = width - 1; i >= 0; i--)
+        x = (x << 8) | p[i];
+    return x;
+}
+
+/* The line from pos: its length (without the newline) in *len. */
+static int line(Scan *s, size_t pos, size_t *len) {
+    const unsigned char *end = memchr(s->data + pos, '\n', s->size - pos);
+    if (end == NULL)
+        return stop(s, TRUNCATED, 1);
+    *len = (size_t)(end - (s->data + pos));
+    return 0;
+}
+
+static int text_index(Scan *s, size_t pos, size_t len, int op, uint64_t *index) {
+    if (len == 0 || len > SHORT_DIGITS)
+        return stop(s, OPCODE, (uint64_t)op);
+    uint64_t x = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s->data[pos + i];
+        if (c < '0' || c > '9')
+            return stop(s, OPCODE, (uint64_t)op);
+        x = x * 10 + (c - '0');
+    }
+    *index = x;
+    return 0;
+}
+
+/* Runs the opcodes: 0 at STOP or a global, -1 with s->why set (or a Python error: why -1). */
+static int run(Scan *s) {
+    size_t pos = 0;
+    for (;;) {
+        s->at = pos;
+        if (pos >= s->size)
+            return stop(s, TRUNCATED, 1);
+        int op = s->data[pos++];
+        size_t len, start;
+        uint64_t count, index;
+        int width;
+        Value *t;
+        switch (op) {
+        case '.':  /* STOP */
+            return need(s, 1, op);
+        case 'c': case 'i': case 0x82: case 0x83: case 0x84: case 0x93:
+            return 0;  /* GLOBAL, INST, EXT1/2/4, STACK_GLOBAL: the unpickler refuses them */
+        case 'R': case 'b': case 'P': case 'Q': case 'o': case 0x81: case 0x92: case 0x97:
+        case 0x98:
+            return stop(s, NOT_DATA, (uint64_t)op);
+        case 'h':  /* BINGET */
+            if (have(s, pos, 1) < 0 || get(s, s->data[pos]) < 0)
+                return -1;
+            pos += 1;
+            break;
+        case 'j':  /* LONG_BINGET */
+            if (have(s, pos, 4) < 0 || get(s, little(s->data + pos, 4)) < 0)
+                return -1;
+            pos += 4;
+            break;
+        case 0x94:  /* MEMOIZE */
+            if (put(s, s->memo.len, op) < 0)
+                return -1;
+            break;
+        case 'q':  /* BINPUT */
+            if (have(s, pos, 1) < 0 || put(s, s->data[pos], op) < 0)
+                return -1;
+            pos += 1;
+            break;
+        case 'r':  /* LONG_BINPUT */
+            if (have(s, pos, 4) < 0 || put(s, little(s->data + pos, 4), op) < 0)
+                return -1;
+            pos += 4;
+            break;
+        case '(':  /* MARK */
+            if (s->nmarks == s->capmarks &&
+                grow(s, (void **)&s->marks, &s->capmarks, s->nmarks + 1, sizeof(size_t)) < 0)
+                return -1;
+            s->marks[s->nmarks++] = s->stack.len;
+            break;
+        case 'K': case 'M': case 'J':  /* BININT1, BININT2, BININT */
+            width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
+            if (have(s, pos, (uint64_t)width) < 0 || scalar(s, (uint64_t)width, KEY) < 0)
+                return -1;
+            pos += (size_t)width;
+            break;
+        case 'N': case 0x88: case 0x89:  /* NONE, NEWTRUE, NEWFALSE */
+            if (scalar(s, 0, KEY) < 0)
+                return -1;
+            break;
+        case 0x8c: case 'U': case 'C': case 'X': case 'T': case 'B': case 0x8d: case 0x8e:
+        case 0x96:
+            /* SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES, BINUNICODE, BINSTRING,
+             * BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8: a length, then as many bytes */
+            width = (op == 0x8c || op == 'U' || op == 'C') ? 1
+                    : (op == 'X' || op == 'T' || op == 'B') ? 4 : 8;
+            if (have(s, pos, (uint64_t)width) < 0)
+                return -1;
+            count = little(s->data + pos, width);
+            if (op == 'T' && count >= 0x80000000u)
+                return stop(s, OPCODE, (uint64_t)op);  /* BINSTRING's length is signed */
+            if (have(s, pos + (size_t)width, count) < 0 ||
+                scalar(s, count, op == 0x96 ? SCALAR : KEY) < 0)
+                return -1;
+            pos += (size_t)width + (size_t)count;
+            break;
+        case 0x8a: case 0x8b:  /* LONG1, LONG4: a length, then the int's bytes */
+            width = op == 0x8a ? 1 : 4;
+            if (have(s, pos, (uint64_t)width) < 0)
+                return -1;
+            count = little(s->data + pos, width);
+            if (op == 0x8b && count >= 0x80000000u)
+                return stop(s, OPCODE, (uint64_t)op);
+            if (have(s, pos + (size_t)width, count) < 0 ||
+                scalar(s, count, count <= 7 ? KEY : SCALAR) < 0)
+                return -1;
+            pos += (size_t)width + (size_t)count;
+            break;
+        case 'G':  /* BINFLOAT */
+            if (have(s, pos, 8) < 0 || scalar(s, 0, SCALAR) < 0)
+                return -1;
+            pos += 8;
+            break;
+        case ']': case '}': case 0x8f:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
+            if (push_new(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
+                return -1;
+            break;
+        case ')':  /* EMPTY_TUPLE */
+            if (push_new(s, TUPLE) < 0)
+                return -1;
+            break;
+        case 0x85: case 0x86: case 0x87:  /* TUPLE1, TUPLE2, TUPLE3 */
+            if (need(s, (size_t)(op - 0x84), op) < 0 ||
+                container(s, s->stack.len - (size_t)(op - 0x84), TUPLE) < 0)
+                return -1;
+            break;
+        case 't': case 'l':  /* TUPLE, LIST */
+            if (pop_mark(s, op, &start) < 0 || container(s, start, op == 't' ? TUPLE : LIST) < 0)
+                return -1;
+            break;
+        case 'd': case 0x91:  /* DICT, FROZENSET */
+            if (pop_mark(s, op, &start) < 0 ||
+                keys(s, s->stack.items + start, s->stack.len - start, op, op == 'd') < 0 ||
+                container(s, start, op == 'd' ? DICT : FROZENSET) < 0)
+                return -1;
+            break;
+        case 'a':  /* APPEND */
+            if (need(s, 2, op) < 0 || (t = target(s, s->stack.len - 2, LIST, op)) == NULL ||
+                add(s, t, s->stack.items + s->stack.len - 1, 1) < 0)
+                return -1;
+            s->stack.len -= 1;
+            break;
+        case 's':  /* SETITEM */
+            if (need(s, 3, op) < 0 || (t = target(s, s->stack.len - 3, DICT, op)) == NULL ||
+                keys(s, s->stack.items + s->stack.len - 2, 2, op, 1) < 0 ||
+                add(s, t, s->stack.items + s->stack.len - 2, 2) < 0)
+                return -1;
+            s->stack.len -= 2;
+            break;
+        case 'e': case 'u': case 0x90:  /* APPENDS, SETITEMS, ADDITEMS */
+            if (pop_mark(s, op, &start) < 0)
+                return -1;
+            if (start == 0) {  /* no container below the items */
+                stop(s, STACK, (uint64_t)op);
+                return -1;
+            }
+            t = target(s, start - 1, op == 'e' ? LIST : op == 'u' ? DICT : SET, op);
+            if (t == NULL ||
+                (op != 'e' && keys(s, s->stack.items + start, s->stack.len - start, op,
+                                   op == 'u') < 0) ||
+                add(s, t, s->stack.items + start, s->stack.len - start) < 0)
+                return -1;
+            s->stack.len = start;
+            break;
+        case '0':  /* POP: the item on top, or a mark with nothing above it */
+            if (s->nmarks && s->marks[s->nmarks - 1] == s->stack.len) {
+                s->nmarks--;
+            } else {
+                if (need(s, 1, op) < 0)
+                    return -1;
+                s->stack.len -= 1;
+            }
+            break;
+        case '1':  /* POP_MARK */
+            if (pop_mark(s, op, &start) < 0)
+                return -1;
+            s->stack.len = start;
+            break;
+        case '2':  /* DUP */
+            if (need(s, 1, op) < 0 || push_reference(s, &s->stack.items[s->stack.len - 1]) < 0)
+                return -1;
+            break;
+        case 0x95:  /* FRAME: how many bytes the next opcodes take */
+            if (have(s, pos, 8) < 0 || have(s, pos + 8, little(s->data + pos, 8)) < 0)
+                return -1;
+            pos += 8;
+            break;
+        case 0x80:  /* PROTO */
+            if (have(s, pos, 1) < 0)
+                return -1;
+            if (s->data[pos] > 5)
+                return stop(s, OPCODE, s->data[pos]);
+            pos += 1;
+            break;
+        case 'g': case 'p':  /* GET, PUT: a decimal index on a line */
+            if (line(s, pos, &len) < 0 || text_index(s, pos, len, op, &index) < 0 ||
+                (op == 'g' ? get(s, index) : put(s, index, op)) < 0)
+                return -1;
+            pos += len + 1;
+            break;
+        case 'I': case 'L':  /* INT, LONG: a decimal number on a line ("01" is True) */
+            if (line(s, pos, &len) < 0)
+                return -1;
+            count = len - (op == 'L' && len && s->data[pos + len - 1] == 'L');
+            if (scalar(s, count, count <= SHORT_DIGITS ? KEY : SCALAR) < 0)
+                return -1;
+            pos += len + 1;
+            break;
+        case 'F': case 'S': case 'V':  /* FLOAT, STRING, UNICODE: the value on a line */
+            if (line(s, pos, &len) < 0 || scalar(s, op == 'F' ? 0 : len, op == 'F' ? SCALAR : KEY) < 0)
+                return -1;
+            pos += len + 1;
+            break;
+        default:
+            return stop(s, OPCODE, (uint64_t)op);
+        }
+    }
+}
+
+/* The arrays of the last scan, kept for the next: a dump's memo and nodes are a few hundred KB,
+ * which fresh from the system cost page faults worth a fifth of the scan. Only with the GIL. */
+#define KEPT_BYTES (8u << 20)
+static Scan kept;
+
+static void keep(void **items, size_t *cap, size_t width) {
+    if (*cap * width > KEPT_BYTES) {
+        free(*items);
+        *items = NULL;
+        *cap = 0;
+    }
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    unsigned long long max_objects, max_bytes, max_depth;
+    if (!PyArg_ParseTuple(args, "y*KKK", &data, &max_objects, &max_bytes, &max_depth))
+        return NULL;
+    if (max_objects > (1ULL << 40) || max_bytes > (1ULL << 50) || max_depth > 60000) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "bounds too large to sum safely");
+        return NULL;
+    }
+    Scan s = kept;
+    s.stack.len = s.memo.len = s.nodes.len = s.nmarks = 0;
+    s.data = data.buf;
+    s.size = (size_t)data.len;
+    s.max_objects = max_objects;
+    s.max_bytes = max_bytes;
+    s.max_depth = max_depth;
+    s.built = s.number = 0;
+    s.why = 0;
+    int failed = run(&s);
+    keep((void **)&s.stack.items, &s.stack.cap, sizeof(Value));
+    keep((void **)&s.memo.items, &s.memo.cap, sizeof(Value));
+    keep((void **)&s.nodes.items, &s.nodes.cap, sizeof(Value));
+    keep((void **)&s.marks, &s.capmarks, sizeof(size_t));
+    kept = s;
+    PyBuffer_Release(&data);
+    if (failed == 0)
+        Py_RETURN_NONE;
+    if (s.why < 0)
+        return NULL;  /* out of memory: the Python error is set */
+    return Py_BuildValue("(inK)", s.why, (Py_ssize_t)s.at, (unsigned long long)s.number);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(data, max_objects, max_bytes, max_depth) -> None or (why, at, number)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_pickscan", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__pickscan(void) { return PyModule_Create(&module); }
