@@ -4,7 +4,9 @@ Every era's format is in the formats page (docs/nccl-tests-formats.md#nccl-tests
 row of ``_LINES`` (a regex and what it fills), the table by its own header: the column names of
 the ``#  size count type ...`` line say where each row's numbers are, so the old ``error``
 column, ``-C`` (``cputime``), ``-I 1`` (``i_min`` ...) and ``-S`` (a trailing timestamp) need no
-code of their own. It judges nothing: the rules are ``checks/nccl_tests.py``.
+code of their own. Output as people paste it is read too: lines whose ``#`` the tracker ate,
+behind an indented or quoted MPI prefix, and rows without any header, whose layout their own
+cells give (``_Table.from_row``). It judges nothing: the rules are ``checks/nccl_tests.py``.
 
 Bad input never raises: a row cut short is counted in ``cut_rows``, an unreadable JSON document
 becomes a run with ``error`` set.
@@ -20,8 +22,24 @@ from typing import Any
 from nccldoctor import jsondoc
 from nccldoctor.limits import MAX_TEST_ROWS
 
-# MPI launchers prefix each line with the rank and stream (``[1,0]<stdout>:``)
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std\w+>:")
+# MPI launchers prefix each line with the rank and stream (``[1,0]<stdout>:``); pasted into a
+# thread it may be indented or quoted (``>``)
+_MPI_PREFIX = re.compile(r"^[\s>]*\[\d+,\d+\]<std\w+>:")
+# The cells a row starts with, every era (src/common.cu test_typenames and test_opnames; v1
+# "char"/"int"; "none" for the collectives without a reduction): a row without its header is
+# known by them, and where its root and halves are by how many cells follow
+_TYPES = frozenset(
+    {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+     "bfloat16", "f8e4m3", "f8e5m2", "char", "int"}
+)  # fmt: skip
+_OPS = frozenset({"sum", "prod", "max", "min", "avg", "mulsum", "none"})
+# One measured cell: a number as getFloatStr prints it (%f, or %e when wide), N/A (-c 0), or the
+# old max-delta column's %5.0le ("3e-08")
+_CELL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|N/A")
+# What is left of a cell the paste cut: a prefix of one of the above
+_CELL_CUT = re.compile(r"[-+]?[\d.]*(?:[eE][-+]?\d*)?|N/?A?")
+# -S appends the time each row was measured (writeTimestamp: "%Y-%m-%d %H:%M:%S")
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d")
 # the header cell names of each era mapped to one vocabulary (util.cu writeResultHeader;
 # v2.0-2.12 each test's print_header; v1 "bytes N ... res")
 _COLUMN = {
@@ -181,7 +199,7 @@ _LINES: tuple[tuple[re.Pattern[str], Callable[[PerfRun, re.Match[str]], None], b
     (re.compile(r"#?\s*nThreads?:? (?P<rest>.*nGpus.*)"), _settings, True),
     (
         re.compile(
-            r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+(?P<pid>\d+))?\s+on\s+"
+            r"#?\s*\bRank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+(?P<pid>\d+))?\s+on\s+"
             r"(?P<host>\S+)\s+device\s+(?P<dev>\d+)\s+\[[^\]]*\]\s*(?P<name>.*)"
         ),
         _device,
@@ -218,15 +236,30 @@ _PREFILTER = (
     "failure",
     "Test timeout",
 )
-_HEADER = re.compile(r"#\s+(?:size|bytes)\s+(?:count|N)\s")
+# The header and units lines, also without their '#' (a paste outside a Markdown fence)
+_HEADER = re.compile(r"#?\s*(?:size|bytes)\s+(?:count|N)\s")
 # The units line under the header: an excerpt that starts there has today's layout
 # (util.cu writeResultHeader without -C, -I or -S).
-_UNITS = re.compile(r"#\s+\(B\)\s+\(elements\)")
+_UNITS = re.compile(r"#?\s*\(B\)\s+\(elements\)")
 _TODAY = "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong"
+_TODAY_HALF = ["time", "algbw", "busbw", "#wrong"]
+_PER_ITERATION = ["i_min", "i_max", "i_p99", "i_cv%"]
+
+
+def _starts_row(tokens: list[str]) -> bool:
+    """A row's first cells: its size and count, then a type (cut, if it is the last token)."""
+    if not (tokens and tokens[0].isdigit()):
+        return False
+    if len(tokens) > 1 and not tokens[1].isdigit():
+        return False
+    if len(tokens) > 2:
+        last = len(tokens) == 3
+        return tokens[2] in _TYPES or (last and any(t.startswith(tokens[2]) for t in _TYPES))
+    return True
 
 
 class _Table:
-    """The column layout the header line announced."""
+    """The column layout the header line announced, or a headerless row's cells imply."""
 
     def __init__(self, header: str) -> None:
         names = header.lstrip("#").split()
@@ -244,9 +277,54 @@ class _Table:
         self.wrong = next((n for n in names if _COLUMN.get(n) == "wrong"), None)
         self.width = len(self.prefix) + len(self.halves[0]) + len(self.halves[1])
 
-    def row(self, tokens: list[str]) -> Row | None:
-        if len(tokens) < self.width:
+    @classmethod
+    def from_row(cls, tokens: list[str]) -> _Table | None:
+        """The layout of a whole row met without a header: size, count and type, a reduction
+        when the next cell names one, a root when one cell more than whole halves follows, and
+        two halves of four cells (eight with -I's per-iteration columns)."""
+        if not _starts_row(tokens) or len(tokens) < 4:
             return None
+        prefix = ["size", "count", "type"] + (["redop"] if tokens[3] in _OPS else [])
+        cells = tokens[len(prefix) :]
+        if len(cells) >= 2 and _STAMP.fullmatch(cells[-2]):
+            cells = cells[:-2]
+        if not cells or not all(_CELL.fullmatch(c) for c in cells):
+            return None
+        if len(cells) % 4 == 1:
+            prefix.append("root")
+            cells = cells[1:]
+        side = {8: _TODAY_HALF, 16: _TODAY_HALF + _PER_ITERATION}.get(len(cells))
+        if side is None:
+            return None
+        # the old max-delta column prints %5.0le ("0e+00"), today's count an integer (%6g)
+        delta = any("e" in c for c in (cells[3], cells[3 + len(side) // 2]))
+        wrong = "error" if delta else "#wrong"
+        names = [*prefix, *(n.replace("#wrong", wrong) for n in side + side)]
+        return cls("# " + " ".join(names))
+
+    def shaped(self, tokens: list[str]) -> bool:
+        """Whether ``tokens`` are this table's row as far as they go (a row the paste cut too):
+        numbers where numbers belong, a type and a reduction where those do."""
+        for i, token in enumerate(tokens):
+            last = i == len(tokens) - 1
+            column = self.prefix[i] if i < len(self.prefix) else None
+            if column in ("size", "count"):
+                ok = token.isdigit()
+            elif column == "type":
+                ok = token in _TYPES or (last and any(t.startswith(token) for t in _TYPES))
+            elif column == "redop":
+                ok = token in _OPS or (last and any(o.startswith(token) for o in _OPS))
+            else:
+                ok = bool((_CELL_CUT if last else _CELL).fullmatch(token))
+            if not ok:
+                return i >= self.width  # past the measured cells: -S's timestamp
+        return True
+
+    def row(self, tokens: list[str]) -> Row | None:
+        if len(tokens) < self.width or not self.shaped(tokens[: self.width]):
+            return None
+        if any(not _CELL.fullmatch(c) for c in tokens[len(self.prefix) : self.width]):
+            return None  # a measured cell the paste cut ("3e")
         head = dict(zip(self.prefix, tokens, strict=False))
         size = head.get("size", "")
         if not size.isdigit():
@@ -270,35 +348,58 @@ class _Table:
         )
 
 
+def _row_table(
+    tokens: list[str], table: _Table | None, run: PerfRun | None
+) -> tuple[_Table, bool] | None:
+    """The layout a line shaped like a row belongs to, and whether it starts another run: the
+    table so far when the line fits it (after that run's footer, a run of its own), else the
+    layout of its own cells (a second table when the run so far has rows)."""
+    if table is not None and table.shaped(tokens):
+        return table, run is None or run.concluded
+    inferred = _Table.from_row(tokens)
+    if inferred is None:
+        return None
+    return inferred, run is None or bool(run.rows or run.concluded)
+
+
 def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
-    """Every run in ``lines``: a run's opening lines (its version, test name, settings) after
-    another run's settings or rows start the next one."""
+    """Every run in ``lines``: a run's opening lines (its version, test name, settings), a header
+    or rows after another run's rows or footer start the next one."""
     runs: list[PerfRun] = []
     run: PerfRun | None = None
     table: _Table | None = None
     for raw in lines:
         line = _MPI_PREFIX.sub("", raw.rstrip("\r\n"))
-        stripped = line.strip()
-        if not stripped:
-            continue
+        stripped = line.strip().lstrip(">").lstrip()  # a line quoted in a thread
         tokens = stripped.split()
-        # a row starts with its size; NCCL's own lines (host:pid:tid ...) may start with a digit
-        if table is not None and run is not None and tokens[0].isdigit():
-            if len(run.rows) >= MAX_TEST_ROWS:  # each is a row of every view
-                run.error = f"more than {MAX_TEST_ROWS} rows: the rest not read"
-                continue
+        if not tokens:
+            continue
+        if run is not None and len(run.rows) >= MAX_TEST_ROWS and tokens[0].isdigit():
+            run.error = (
+                f"more than {MAX_TEST_ROWS} rows: the rest not read"  # each is a row of every view
+            )
+            continue
+        # a row starts with its size and count; NCCL's own lines (host:pid:tid ...) may start
+        # with a digit, but never with two numbers
+        found = _row_table(tokens, table, run) if _starts_row(tokens) else None
+        if found is not None:
+            table, fresh = found
+            if run is None or fresh:
+                run = PerfRun(source)
+                runs.append(run)
+            run.wrong_column = table.wrong
             row = table.row(tokens)
             if row is None:
                 run.cut_rows += 1
             else:
                 run.rows.append(row)
             continue
-        header = _HEADER.match(line) or (table is None and _UNITS.match(line))
+        header = _HEADER.match(stripped) or (table is None and _UNITS.match(stripped))
         if header:
-            if run is None or run.rows:
+            if run is None or run.rows or run.concluded:
                 run = PerfRun(source)
                 runs.append(run)
-            table = _Table(line if header.re is _HEADER else _TODAY)
+            table = _Table(stripped if header.re is _HEADER else _TODAY)
             run.wrong_column = table.wrong
             continue
         if not any(p in line for p in _PREFILTER):
@@ -307,12 +408,19 @@ def parse_text(lines: Iterable[str], source: str) -> list[PerfRun]:
             m = pattern.search(line)
             if m is None:
                 continue
-            if run is None or (opens and (run.settings or run.rows)):
+            if run is None or (opens and (run.settings or run.rows or run.concluded)):
                 run, table = PerfRun(source), None
                 runs.append(run)
             fill(run, m)
             break
-    return [r for r in runs if r.settings or r.rows or r.failures or r.avg_busbw_GBps is not None]
+    return [r for r in runs if _holds_anything(r)]
+
+
+def _holds_anything(run: PerfRun) -> bool:
+    return bool(
+        run.settings or run.rows or run.cut_rows or run.devices or run.failures
+        or run.avg_busbw_GBps is not None or run.out_of_bounds is not None
+    )  # fmt: skip
 
 
 # ---- -J JSON ----------------------------------------------------------------------------------

@@ -56,9 +56,12 @@ def _json_with(*keys: str) -> Callable[[bytes], bool]:
     return lambda head: head.lstrip()[:1] == b"{" and all(k in head for k in quoted)
 
 
+# nccl-tests' own lines, also as pasted: the footer and header without their '#', and rows alone
+# (size, count, then a type name of nccldoctor/ncctests.py's _TYPES)
 _NCCL_TESTS_TEXT = re.compile(
-    r"nThreads?:? \d+ nGpus|# Out of bounds values|# Avg bus bandwidth|# Collective test starting"
-    r"|: Test (?:NCCL|CUDA) failure |#\s+size\s+count\s+type"
+    r"nThreads?:? \d+ nGpus|Out of bounds values *:|Avg bus bandwidth *:|# Collective test starting"
+    r"|: Test (?:NCCL|CUDA) failure |\bsize\s+count\s+type\s"
+    r"|\d[ \t]+\d+[ \t]+(?:u?int(?:8|32|64)|half|float|double|bfloat16|f8e[45]m[23])[ \t]+\S+[ \t]+-?\d"
 )
 _NCCL_LINE = re.compile(r" NCCL (?:INFO|WARN) |^NCCL version |ProcessGroupNCCL", re.M)
 # The kinds that are also a log when NCCL's lines run through them; ncclras itself prints

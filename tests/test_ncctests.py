@@ -4,9 +4,12 @@ and the rules over it."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from checks import run_checks
 from nccldoctor.ncctests import PerfReading, link_GBps, parse_json, parse_text
@@ -131,8 +134,8 @@ def test_peak_busbw_against_the_nodes_nics():
 
 
 def test_the_result_names_the_peak():
-    (run,) = read("rccl-2078-footer.txt")
-    assert run.rows == []  # rows without their header or units line are not trusted
+    (run,) = read("rccl-2078-footer.txt")  # rows without their header: read by their cells
+    assert (len(run.rows), run.peak_busbw_GBps, run.avg_busbw_GBps) == (4, 361.17, 142.652)
     (run,) = read("nccl-tests-322-failure.txt")
     (result,) = ids(PerfReading([run]))["nccl_tests.result"]
     assert "peak busbw 367.44 GB/s at 17179869184 B" in result.title
@@ -216,3 +219,116 @@ def test_nccl_lines_between_rows_from_a_host_named_by_digits_are_no_rows():
     text.insert(-1, "10-0-0-7:3423:3440 [0] NCCL INFO Channel 00/02 : 0 1 2 3")
     (run,) = read("between", "\n".join(text) + "\n")
     assert (len(run.rows), run.cut_rows) == (4, 0)
+
+
+# ---- the real outputs of expect.toml, as people pasted them ------------------------------------
+
+EXPECT = tomllib.loads((FIXTURES / "expect.toml").read_text())
+
+
+def paste_facts(runs) -> dict:
+    """What expect.toml states of a paste, read from its runs."""
+    peaks = [r.peak_busbw_GBps for r in runs if r.peak_busbw_GBps is not None]
+    return {
+        "rows": sum(len(r.rows) for r in runs),
+        "cut_rows": sum(r.cut_rows for r in runs),
+        "peak_busbw": max(peaks) if peaks else None,
+        "avg_busbw": next((r.avg_busbw_GBps for r in runs if r.avg_busbw_GBps is not None), None),
+        "out_of_bounds": next((r.out_of_bounds for r in runs if r.out_of_bounds is not None), None),
+        "wrong": sum(len(r.wrong_rows()) for r in runs),
+        "failures": sum(len(r.failures) for r in runs),
+        "hosts": sorted({h for r in runs for h in r.hosts}),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_every_fact_of_a_real_paste(name):
+    want = {k: sorted(v) if k == "hosts" else v for k, v in EXPECT[name].items() if k != "source"}
+    got = paste_facts(read(name))
+    assert {k: got[k] for k in want} == want
+
+
+def test_rows_without_a_header_take_their_layout_from_their_cells():
+    # a reduction and a root (2.13+), no reduction before the root (2.x broadcast), neither
+    (run,) = read("nccl-tests-167-rows-only-max-min.txt")
+    assert (run.rows[0].redop, run.rows[0].root, run.wrong_column) == ("max", "-1", "#wrong")
+    (run,) = read("bottlerocket-kernel-kit-313-indented-mpirun-rows.txt")
+    assert run.rows[0].redop == "none" and run.rows[0].in_place.wrong is None  # N/A
+    # derived: the old error column's rows (%5.0le) without their header
+    lines = (FIXTURES / "nccl-258-error-column-container-host.txt").read_text().splitlines()
+    rows = [line for line in lines if line.strip()[:1].isdigit()][:4]
+    (run,) = read("error", "\n".join(rows) + "\n")
+    assert (len(run.rows), run.wrong_column, run.wrong_rows()) == (4, "error", [])
+    assert run.rows[0].redop == "sum" and run.rows[0].root is None
+
+
+def test_a_footer_starts_nothing_rows_after_it_are_another_run():
+    # the thread quotes one run's footer, then pastes another run's table
+    first, second = read("aws-k8s-tester-503-quoted-footer-mpirun-table.txt")
+    assert (first.avg_busbw_GBps, first.out_of_bounds, first.rows) == (92.3405, 0, [])
+    assert (len(second.rows), second.cut_rows, second.avg_busbw_GBps) == (3, 1, None)
+    # derived: the same rows pasted twice, each under its footer, are two runs
+    text = (FIXTURES / "nccl-tests-119-rows-footer.txt").read_text()
+    assert [len(r.rows) for r in read("twice", text + text)] == [6, 6]
+
+
+def test_a_footer_alone_is_a_run():
+    (run,) = read("footer", "# Out of bounds values : 3 FAILED\n")
+    assert (run.out_of_bounds, run.rows, run.concluded) == (3, [], False)
+    (run,) = read("footer", " Avg bus bandwidth    : 12.5 \n")  # v1, or '#' eaten
+    assert (run.avg_busbw_GBps, run.concluded) == (12.5, True)
+
+
+def test_lines_of_a_log_are_no_rows():
+    # a log's lines that start with digits: an editor's line numbers, a host named by digits
+    for log in ("pytorch-38702-v2.4.8-line-numbered-socket", "nccl-tests-208-v2.21.5-hash-"
+                "stripped-cuda-named-symbol"):  # fmt: skip
+        text = (FIXTURES.parent / "real" / log / "log.txt").read_text()
+        assert all(r.rows == [] and r.cut_rows == 0 for r in read(log, text))
+
+
+OUTPUTS = sorted(FIXTURES.glob("*.txt"))
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _rows(text: str) -> list:
+    return [row for run in parse_text(text.splitlines(), "x") for row in run.rows]
+
+
+@SETTINGS
+@given(st.sampled_from(OUTPUTS), st.data())
+def test_a_real_paste_cut_at_any_byte_reads_a_prefix_of_its_rows(path, data):
+    raw = path.read_bytes()
+    at = data.draw(st.integers(0, len(raw)))
+    text = raw[:at].decode("utf-8", "replace")
+    runs = parse_text(text.splitlines(), path.name)
+    run_checks("nccl_tests", PerfReading(runs))
+    cut, whole = _rows(text), _rows(raw.decode())
+    assert len(cut) <= len(whole)
+    assert cut[:-1] == whole[: max(len(cut) - 1, 0)]  # the last may be cut inside its last cell
+
+
+@SETTINGS
+@given(
+    st.sampled_from(OUTPUTS),
+    st.sampled_from(["nul", "crlf", "wrap", "long", "noise"]),
+    st.integers(0, 10**6),
+    st.binary(max_size=64),
+)
+def test_a_mangled_real_paste_never_raises(path, how, at, noise):
+    text = path.read_text()
+    at %= len(text) + 1
+    mangled = {
+        "nul": text[:at] + "\x00" * 7 + text[at:],
+        "crlf": text.replace("\n", "\r\n"),
+        # a terminal 80 columns wide
+        "wrap": "\n".join(
+            line[i : i + 80] for line in text.splitlines() for i in range(0, len(line) or 1, 80)
+        ),
+        "long": text[:at] + "8 2 float sum -1 " + "1.5 " * 25_000 + text[at:],
+        "noise": text[:at] + noise.decode("latin-1") + text[at:],
+    }[how]
+    runs = parse_text(mangled.splitlines(), path.name)
+    run_checks("nccl_tests", PerfReading(runs))
+    if how == "crlf":
+        assert _rows(mangled) == _rows(text)

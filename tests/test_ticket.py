@@ -49,6 +49,24 @@ def test_each_file_is_sorted_by_its_kind(tmp_path):
     assert [Path(n).name for n, _ in t.skipped] == ["core"]
 
 
+def test_nccl_tests_output_as_pasted_is_sorted_as_one(tmp_path):
+    # rows without a header, a header whose '#' the tracker ate, a footer alone (v1, or '#' eaten)
+    folder = tmp_path / "ticket"
+    folder.mkdir()
+    for name in ("nccl-tests-167-rows-only-max-min.txt", "nccl-tests-249-hash-stripped-header.txt",
+                 "bottlerocket-kernel-kit-313-indented-mpirun-rows.txt"):  # fmt: skip
+        (folder / name).write_bytes((TESTS / name).read_bytes())
+    (folder / "footer.txt").write_text(
+        " Out of bounds values : 0 OK\n Avg bus bandwidth    : 2.5\n"
+    )
+    (folder / "prose.txt").write_text("we ran 8 2 float tests yesterday\n")
+    found = kinds(open_ticket([str(folder)], tmp_path / "work"))
+    assert found["nccl_tests"] == sorted([
+        "bottlerocket-kernel-kit-313-indented-mpirun-rows.txt", "footer.txt",
+        "nccl-tests-167-rows-only-max-min.txt", "nccl-tests-249-hash-stripped-header.txt"])  # fmt: skip
+    assert "prose.txt" in found["logs"]
+
+
 def test_flight_recorder_dumps_are_sorted_by_their_readers_own_test(tmp_path):
     """One detector (forensics/flightrec.looks_like_dump) for the ticket and the dump reader."""
     real = pickle.loads(
