@@ -69,8 +69,20 @@ class Problem:
 
 CheckResult = Problem | Iterable[Problem] | None
 
-# The findings of ranks that stopped: what a network cause explains (``explains=``).
-RANKS_STOPPED = ("run.rank-stuck", "run.rank-failed", "run.incomplete")
+# The findings of ranks that stopped: what a network cause explains (``explains=``); in the
+# ranks' logs, an init that never completed and the connects refused or timed out on the way.
+RANKS_STOPPED = (
+    "run.rank-stuck",
+    "run.rank-failed",
+    "run.incomplete",
+    "logs.init-incomplete",
+    "logs.nccl-error",
+    "logs.connect-retries",
+    "nccl.socket-connect-retry",
+    "nccl.socket-connect-retries-exhausted",
+    "nccl.socket-connect-failed",
+    "nccl.socket-poll-connect-failed",
+)
 
 
 @dataclass(frozen=True)

@@ -202,9 +202,20 @@ DOCKER_NAT_FIX = (
 
 
 def advertised(facts: NodeFacts) -> str | None:
-    """The address this node's ranks advertise: the source of its route to the master."""
-    route = facts.network.route_to_master
-    return route.source if route else None
+    """The address this node's ranks advertise: the source of its route to the master; where
+    no route was read (the Facts of a log), the address NCCL said it bootstraps on."""
+    net = facts.network
+    if net.route_to_master is not None:
+        return net.route_to_master.source
+    return net.nccl_pick_address if net.nccl_pick_measured else None
+
+
+def _advertised_how(facts: NodeFacts) -> str:
+    return (
+        "NCCL's bootstrap"
+        if facts.network.route_to_master is None
+        else "route source to the master"
+    )
 
 
 @check(
@@ -223,7 +234,8 @@ def advertised_address_shared(nodes: list[NodeFacts]) -> Problem | None:
     if not shared:
         return None
     address, names = sorted(shared.items())[0]
-    evidence = [f"advertised (route source to the master) {a}: {', '.join(n)}"
+    how = {f.node: _advertised_how(f) for f in nodes}
+    evidence = [f"advertised ({how[n[0]]}) {a}: {', '.join(n)}"
                 for a, n in sorted(shared.items())]  # fmt: skip
     evidence += [f"seen by the master: {f.node} {f.network.seen_by_master}" for f in nodes
                  if f.network.seen_by_master]  # fmt: skip

@@ -205,7 +205,10 @@ def default_pick_differs(facts: NodeFacts) -> Problem | None:
     )
 
 
-@check("socket.pick-virtual", area="network", category="interface_selection")
+@check(
+    "socket.pick-virtual", area="network", category="interface_selection",
+    explains=RANKS_STOPPED, remedy="set NCCL_SOCKET_IFNAME to the interface the nodes share",
+)  # fmt: skip
 def pick_virtual(facts: NodeFacts) -> Problem | None:
     """NCCL would bootstrap on loopback, a bridge, tunnel, stray veth or a link-local address."""
     net = facts.network

@@ -19,11 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from checks import run_checks
+from checks import Scope, run_checks
 from checks.signatures import identify
 from nccldoctor.limits import MAX_DIGITS
-from nccldoctor.model import Finding
+from nccldoctor.model import Finding, Severity
 from nccldoctor.ncclog import LogSet, Source, explain_logs, parse_sources
+from nccldoctor.ncclog.hostfacts import log_hosts
 from nccldoctor.ncclog.summary import read_logs
 from nccldoctor.report.load import ReportError, load_document_report
 from nccldoctor.ticket import Attachment, Ticket, read_text
@@ -39,6 +40,60 @@ Analysis = Callable[[list[Attachment], Context], tuple[dict[str, Any], list[Find
 def judge_logs(logs: LogSet) -> list[Finding]:
     """Every logs-scope rule over parsed ``logs``."""
     return run_checks("logs", read_logs(logs))
+
+
+# The network rules of `check` that a log's Facts can feed (ncclog/hostfacts.py), by scope: the
+# same rules judge a pasted log as judge a live node; the others need what a log never shows
+# (routes, the master's address, every interface of the host)
+LOG_NETWORK_RULES: dict[Scope, tuple[str, ...]] = {
+    "node": (
+        "container.bridge-network",
+        "socket.ifname-missing",
+        "socket.ifname-unusable",
+        "socket.pick-virtual",
+    ),
+    "cluster": ("cluster.advertised-address-shared",),
+}
+_ONE_HOST = "judged as one host of several: the log shows this host only ({host})"
+
+
+def _quoting(finding: Finding, lines: list[str], *notes: str) -> Finding:
+    """``finding`` with the log lines its facts came from as evidence (after ``notes``)."""
+    quoted = [f"log: {line.strip()}" for line in lines]
+    return replace(finding, evidence=[*notes, *finding.evidence, *quoted])
+
+
+def judge_log_network(logs: LogSet) -> list[Finding]:
+    """The network rules over the Facts each host of ``logs`` shows, each finding quoting the
+    lines it stands on. Where the log shows one host only and nothing of peers elsewhere, the
+    host is judged as one of several too, as preflight does without a master; what only that
+    finds is a warning that says so."""
+    hosts = log_hosts(logs)
+    findings: list[Finding] = []
+    for host in hosts:
+        facts = host.facts
+        alone = run_checks("node", facts, node=facts.node, only=LOG_NETWORK_RULES["node"])
+        findings += [_quoting(f, host.lines) for f in alone]
+        if facts.multi_node or not facts.network.nccl_pick:
+            continue
+        said = {(f.id, f.title) for f in alone}
+        several = run_checks(
+            "node", replace(facts, multi_node=True), node=facts.node, only=LOG_NETWORK_RULES["node"]
+        )
+        findings += [
+            _quoting(
+                replace(f, severity=min(f.severity, Severity.WARN, key=lambda s: s.rank)),
+                host.lines,
+                _ONE_HOST.format(host=facts.node),
+            )
+            for f in several
+            if (f.id, f.title) not in said and f.severity in (Severity.WARN, Severity.FAIL)
+        ]
+    if len(hosts) > 1:
+        cluster = run_checks("cluster", [h.facts for h in hosts], only=LOG_NETWORK_RULES["cluster"])
+        boots = [line for h in hosts for line in h.lines if "ootstrap" in line or "NET :" in line]
+        findings += [_quoting(f, boots) for f in cluster]
+    return findings
 
 
 def explain_dumps(
@@ -60,11 +115,17 @@ def explain_dumps(
 
 
 def explain(
-    sources: list[Source], jobs: int | None = None, progress: Callable[[str], None] | None = None
+    sources: list[Source],
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    network: bool = False,
 ) -> tuple[dict[str, Any], list[Finding]]:
-    """The report's extra section (the summary and headline) and the findings of ``sources``."""
+    """The report's extra section (the summary and headline) and the findings of ``sources``;
+    with ``network``, the network rules judge what the logs show of each host too (where no
+    probe read the hosts: a ticket's logs, not a check run's)."""
     logs = parse_sources(sources, jobs=jobs, progress=progress, identify=identify)
-    return explain_logs(logs), judge_logs(logs)
+    findings = judge_logs(logs) + (judge_log_network(logs) if network else [])
+    return explain_logs(logs), findings
 
 
 # A number Python will not read (ValueError) is in no line of a tool's own
@@ -224,7 +285,9 @@ def explain_ticket(
     extra: dict[str, Any] = {}
     findings: list[Finding] = []
     if logs or not others:
-        extra, findings = explain([Source(f.path, f.size) for f in logs], jobs, progress)
+        extra, findings = explain(
+            [Source(f.path, f.size) for f in logs], jobs, progress, network=True
+        )
     links, unread = _node_links(ticket.of_kind("reports"))
     context: Context = {
         "network": extra.get("network"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nccldoctor.ncclog.folds import ALGORITHMS, canonical, transport_label
-from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, match_kind
+from nccldoctor.ncclog.kinds import KINDS, TEXT_KINDS, WARN_KINDS, match_kind
 
 EXAMPLES = {
     "coll": [
@@ -130,7 +130,41 @@ EXAMPLES = {
     "hint": [
         "HINT: In many cases this error indicates that ACS is enabled, which breaks the GPU Direct RDMA protocol."
     ],
+    # 2.2–2.3, as real threads carry them (horovod/horovod#584, NVIDIA/nccl-tests#15)
+    "comm_sized": ["comm 0x7fc8e824c640 rank 0 nranks 4", "rank 0 nranks 2", "nranks 8"],
+    "found_interface": [
+        "NET : Using interface lo:127.0.0.1<0>",
+        "NET : Using interface eth1:fe80::215:5dff:fe33:ff6d%eth1<0>",
+        "NET : Found interface eth0:10.0.0.2<0> in the same subnet as remote address 10.0.0.1<23456>",
+    ],
+    "socket_count": ["NET/Socket : 3 interfaces found"],
+    "ib_sideband": ["NET/IB : Using interface enp3s0 for sideband communication"],
+    "ib_device": ["NET/IB: [0] mlx5_0:1/IB "],  # v2.3.7-1:transport/net_ib.cu:137's format
+    "network_internal": ["Using internal Network Socket", "Using external Network IB"],
+    "net_devices": [
+        "CUDA Dev 0, IP Interfaces : lo(SOC) eth0(PXB) eth1(PXB)",  # horovod/horovod#584
+        "CUDA Dev 1, IB Ports : mlx5_0/1(PIX) mlx5_1/1(SOC) ",  # v2.3.7-1:net_ib.cu:168's format
+    ],
 }
+
+# WARN messages and the facts their kinds read (target, error / nranks)
+WARN_EXAMPLES = {
+    "connect_failed": [
+        ("Call to connect failed : Connection timed out", ("?", "Connection timed out")),  # 2.2
+        ("Call to connect timeout : Connection refused", ("?", "Connection refused")),  # 2.3
+        ("Connect to 10.0.0.2<43817> failed : No route to host", ("10.0.0.2<43817>", "No route to host")),
+        ("Net : Connect to 10.0.0.2<43817> failed : Connection refused", ("10.0.0.2<43817>", "Connection refused")),
+        ("socketStartConnect: Connect to 10.0.0.2<43817> failed : Network is unreachable",
+         ("10.0.0.2<43817>", "Network is unreachable")),
+        ("socketPollConnect: connect returned Connection refused, exceeded error retry count (35)",
+         ("?", "Connection refused")),
+        ("ncclOsSocketPollConnect: connect to 10.0.0.2<43817> returned Connection timed out, "
+         "exceeded error retry count after 35 attempts", ("10.0.0.2<43817>", "Connection timed out")),
+        ("socketPollConnect to 10.0.0.2<43817> failed with error Connection reset by peer",
+         ("10.0.0.2<43817>", "Connection reset by peer")),
+    ],
+    "checked_in": [("Bootstrap Root : rank 3 of 8 ranks has already checked in", ("8",))],
+}  # fmt: skip
 
 
 def test_every_kind_names_its_versions_and_source():
@@ -174,3 +208,21 @@ def test_the_parser_can_skip_what_the_tables_do_not_mark() -> None:
     assert [k.name for k in KINDS if k.counted] == ["coll"]
     for kind in TEXT_KINDS:
         assert kind.needles and not any(c.isdigit() for n in kind.needles for c in n), kind.name
+
+
+def test_every_warn_kind_has_examples():
+    assert {k.name for k in WARN_KINDS} == set(WARN_EXAMPLES)
+    for kind in WARN_KINDS:
+        assert kind.versions.startswith("2.") and kind.source, kind.name
+
+
+@pytest.mark.parametrize(
+    ("name", "msg", "facts"),
+    [(name, msg, facts) for name, cases in WARN_EXAMPLES.items() for msg, facts in cases],
+)
+def test_warn_kind_matches(name, msg, facts):
+    (kind,) = (k for k in WARN_KINDS if k.name == name)
+    m = kind.pattern.search(msg)
+    assert kind.needle in msg and m is not None, msg
+    read = tuple(v for v in m.groupdict().values() if v is not None)
+    assert tuple(x.strip() for x in read) in (facts, facts[1:]), read

@@ -54,7 +54,7 @@ def category(findings: list[Finding]) -> str:
 
 
 def facts(case: Path) -> dict[str, Any]:
-    extra, findings = explain(expand_inputs([str(case / "log.txt")]), jobs=1)
+    extra, findings = explain(expand_inputs([str(case / "log.txt")]), jobs=1, network=True)
     got = {k: extra[k] for k in FACTS if k in extra}
     got["category"] = category(findings)
     return got

@@ -107,12 +107,31 @@ def _diag_head(head: str) -> Head | None:
     return Head(m["host"], int(m["pid"]), int(m["tid"] or 0), None, None, None, None)
 
 
+# NCCL before 2.3 printed no "NCCL": "host:pid:tid [dev] INFO msg" and "host:pid:tid [dev]
+# file:line WARN msg" (2.1–2.2 as threads carry them; v2.3.5-5:include/debug.h added "NCCL").
+# Such a line holds no "NCCL", so the parser reads it as an application's line: these needles
+# (digit-free, as its shapes need) make it read them in order.
+LEGACY_NEEDLES = (b"] INFO ", b" WARN ")
+_LEGACY = re.compile(r" (INFO|WARN) ")
+
+
+def _legacy_line(text: str) -> Envelope | None:
+    """A line of NCCL before 2.3, whose head is whole (``host:pid:tid [dev]``)."""
+    m = _LEGACY.search(text)
+    if m is None or _HEAD.search(text, 0, m.start()) is None:
+        return None
+    head = parse_head(text[: m.start()])
+    if head is None or head.dev is None:
+        return None
+    return Envelope(head, m[1], text[m.end() :].rstrip("\r"))
+
+
 def parse_line(text: str) -> Envelope | None:
     """Split one decoded line into its envelope, or None when it is not an NCCL debug line."""
     at = text.find(" NCCL ")
     if at < 0:
         if not text.startswith("NCCL "):
-            return None
+            return _legacy_line(text) if " INFO " in text or " WARN " in text else None
         at = -1  # the whole head cut away by hand: "NCCL INFO …" (NVIDIA/nccl#2389)
     rest = text[at + 6 :]
     space = rest.find(" ")

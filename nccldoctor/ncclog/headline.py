@@ -42,6 +42,9 @@ def _network(logs: LogSet, transports: list[str]) -> Fact:
         if parts[0] == "NET" and len(parts) > 2:  # "NET/Sock": a line cut mid-way
             return _net_name(parts[1]), "channel lines"
     procs = logs.processes.values()
+    failed = Counter(n for p in procs for n in p.failed_nets)
+    if failed:  # a failing line of a transport: that transport carried the job
+        return failed.most_common(1)[0][0], "failing lines"
     if any(p.ib_devices for p in procs):  # IB is tried first: Socket only runs when it fails
         return "IB", "NET/IB : Using"
     if any(p.socket_ifs for p in procs):
@@ -51,7 +54,7 @@ def _network(logs: LogSet, transports: list[str]) -> Fact:
 
 def _interfaces(logs: LogSet, network: str | None, transports: list[str]) -> Fact:
     """The data-plane devices: the HCAs connections use (``NET/IB/<index>``), else all listed."""
-    used = {t.split("/")[2] for t in transports if t.startswith("NET/IB/")}
+    used = {t.split("/")[2] for t in transports or _all_transports(logs) if t.startswith("NET/IB/")}
     listed = {str(d["index"]) for p in logs.processes.values() for d in p.ib_devices}
     if not used & listed:
         used = set()  # a merged virtual NIC (index past the list, 2.19+ "Made vNic"): all of them

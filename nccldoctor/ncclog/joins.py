@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from nccldoctor.ncclog.folds import tuned_comm
+from nccldoctor.ncclog.folds import by_index, tuned_comm
 from nccldoctor.ncclog.records import (
     MAX_BACKTRACE,
     MAX_OPS,
@@ -169,6 +169,9 @@ _STRETCH_RULES: dict[str, Callable[[Any, Any], Any]] = {
     "backtrace": _appended(MAX_BACKTRACE),
     "diagnostics": _appended(MAX_SAMPLES * 8),
     "gdr_pairs": _appended(64),
+    "found_ifs": _appended(64),  # in order: settled when the whole file is read
+    "ib_devices": by_index,  # 2.3 prints one line per port
+    "failed_nets": _new_items,
     "networks": _new_items,
     "sources": _new_items,
 }

@@ -124,6 +124,12 @@ KINDS: tuple[LineKind, ...] = (
     _k("ended", " COMPLETE",
        r"comm (?P<comm>\S+) rank \d+ n[Rr]anks \d+ cudaDev .*?- (?P<what>\w+) COMPLETE", folds.ended,
        "2.9–2.32", "v2.12.12-1:init.cc:1047,1065"),
+    # 2.3 commAlloc "comm %p rank %d nranks %d" (no cudaDev, no Init), 2.3 ncclCommInitRank
+    # "rank %d nranks %d", 2.3–2.4 ncclCommInitAll "nranks %d"
+    _k("comm_sized", "nranks ",
+       r"(?:comm (?P<comm>0x[0-9a-fA-F]+) )?(?:rank (?P<rank>\d+) )?nranks (?P<nranks>\d+)\s*$",
+       folds.comm_sized, "2.2–2.4",
+       "v2.3.7-1:init.cu:174,618,736, v2.4.8-1:init.cc:1101"),
     # VERSION_STRING "NCCL version %d.%d.%d%s+cuda%d.%d": printf by rank 0 up to 2.21, INFO after
     _k("nccl_version", "NCCL version ",
        r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s,]*)(?:\+cuda(?P<cuda>[\d.]+))?",
@@ -153,6 +159,25 @@ KINDS: tuple[LineKind, ...] = (
        r"Bootstrap ?: Using (?:\[\d+\])?(?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>", folds.bootstrap,
        "2.4–2.32", "v2.4.8-1:bootstrap.cc:44,48, v2.8.4-1:bootstrap.cc:45,47, "
        "v2.24.3-1:bootstrap.cc:120"),
+    # 2.2–2.3 socket.h findInterfaces: one line per interface kept, then who kept them
+    # ("NET : Found interface …" under NCCL_COMM_ID's subnet match)
+    _k("found_interface", "NET : ",
+       r"NET : (?:Using|Found) interface (?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>",
+       folds.found_interface, "2.2–2.3", "v2.3.5-5:include/socket.h:104,181, v2.3.7-1:include/socket.h:109"),
+    _k("socket_count", "interfaces found", r"NET/Socket : (?P<n>\d+) interfaces found",
+       folds.socket_count, "2.2–2.3", "v2.3.7-1:transport/net_socket.cu:36"),
+    _k("ib_sideband", "sideband",
+       r"NET/IB : Using interface (?P<ifname>\S+) for sideband communication", folds.ib_sideband,
+       "2.2–2.3", "v2.3.7-1:transport/net_ib.cu:96"),
+    _k("ib_device", "NET/IB: [", r"NET/IB: \[(?P<index>\d+)\] (?P<hca>[^:\s]+):(?P<port>\d+)/(?P<ll>\w+)",
+       folds.ib_device, "2.3", "v2.3.7-1:transport/net_ib.cu:137"),
+    # 2.3 ncclSocketDevices / ncclIbDevices: the devices the chosen network uses, with their
+    # PCI distance to the GPU: "CUDA Dev 0, IP Interfaces : eth0(PHB) eth1(SOC) "
+    _k("net_devices", "CUDA Dev ",
+       r"CUDA Dev \d+, (?P<what>IP Interfaces|IB Ports) : (?P<devs>.*)", folds.net_devices,
+       "2.2–2.3", "v2.3.7-1:transport/net_socket.cu:55, transport/net_ib.cu:168"),
+    _k("network_internal", " Network ", r"Using (?:internal|external) Network (?P<name>\S+)",
+       folds.network, "2.2–2.3", "v2.3.7-1:init.cu:74,77"),
     _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", folds.plugin,
        "2.4–2.32", "v2.4.8-1:init.cc:106, v2.30.7-1:plugin/net/net_v10.cc:124"),
     _k("network", "Using network ", r"Using network (?P<name>.+)", folds.network,
@@ -195,6 +220,37 @@ KINDS: tuple[LineKind, ...] = (
        "2.4–2.32", "v2.4.8-1:include/checks.h:48, v2.30.7-1:include/checks.h:72"),
     _k("hint", "HINT:", r"HINT:", folds.hint, "2.30–2.32", "v2.30.7-1:graph/xml.h:415"),
 )  # fmt: skip
+
+
+# WARN lines that carry a fact besides their signature: matched anywhere in the message (the
+# function names in front changed with every release). One entry per kind, as KINDS.
+WARN_KINDS: tuple[LineKind, ...] = (
+    # ≤2.3 SYSCHECK "Call to connect failed : %s", SYSCHECKNTIMES "Call to connect timeout : %s"; 2.4–2.11 "Connect to %s failed : %s", 2.12–2.18
+    # "Net : Connect to …", 2.19–2.26 "socketStartConnect: Connect to …" and "socketPollConnect:
+    # connect returned %s, exceeded …" (no target); 2.27+ "%s: connect to %s returned %s,
+    # exceeded error retry count …", "%s: connect to %s failed : %s", "socketPollConnect to %s
+    # failed with error %s"
+    _k("connect_failed", "onnect",
+       r"(?:[Cc]onnect to (?P<peer>\S+)|[Cc]all to connect|: connect(?= returned)) "
+       r"(?:(?:failed(?: with error)?|timeout) :? ?|returned )(?P<error>[^,]+)", folds.connect_failed,
+       "2.2–2.32", "v2.3.7-1:include/core.h:282,298, v2.4.8-1:include/socket.h:390, "
+       "v2.12.12-1:misc/socket.cc:450, v2.19.3-1:misc/socket.cc:484, v2.27.7-1:misc/socket.cc:578,592,618, "
+       "v2.30.7-1:os/linux.cc:288"),
+    _k("checked_in", "already checked in",
+       r"rank \d+ of (?P<nranks>\d+) ranks has already checked in", folds.checked_in,
+       "2.4–2.32", "v2.4.8-1:bootstrap.cc:210, v2.30.7-1:bootstrap.cc:348"),
+)  # fmt: skip
+
+
+def warned(p: ProcessLog, e: Envelope) -> None:
+    """Fold the facts of one WARN (or ATTN) line: its WARN_KINDS, and the network a failing line
+    belongs to."""
+    for kind in WARN_KINDS:
+        if kind.needle in e.msg:
+            m = kind.pattern.search(e.msg)
+            if m is not None:
+                kind.fold(p, m, e)
+    folds.failed_net(p, folds.failing_net(e.msg, e.head.file))
 
 
 def match_kind(msg: str) -> tuple[LineKind, re.Match[str]] | None:

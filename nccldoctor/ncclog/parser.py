@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from nccldoctor.limits import MAX_DIGITS, MAX_PROCESSES
-from nccldoctor.ncclog.envelope import clean, parse_line
+from nccldoctor.ncclog.envelope import LEGACY_NEEDLES, clean, parse_line
 from nccldoctor.ncclog.inputs import (
     BLOCK_BYTES,
     MAX_LINE,
@@ -35,8 +35,9 @@ from nccldoctor.ncclog.inputs import (
     Stretch,
     stretches,
 )
+from nccldoctor.ncclog.folds import settle_interfaces
 from nccldoctor.ncclog.joins import continue_into, merge_into
-from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind
+from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind, warned
 from nccldoctor.ncclog.lines import (
     CALL_NEEDLE,
     CANDIDATE,
@@ -65,7 +66,7 @@ def _line_at(data: bytes, start: int, end: int, at: int) -> bytes:
     return data[max(start, data.rfind(b"\n", start, at) + 1) : data.find(b"\n", at, end)]
 
 
-TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles)
+TEXT_NEEDLES = tuple(n.encode() for kind in TEXT_KINDS for n in kind.needles) + LEGACY_NEEDLES
 MAX_SHAPES = 1 << 15  # application line pairs remembered per source
 GROUP = 64  # application lines tested together when a block may hold something
 REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
@@ -606,6 +607,7 @@ class SourceParser:
         proc.last_line = text
         if env.level in ("WARN", "ATTN"):
             proc.add_warn(Warn(head.file, head.line, head.func, env.msg, text, level=env.level))
+            warned(proc, env)
             if self._identify:
                 record(result.signatures, self._identify, env.msg, head.key, text)
             return
@@ -664,7 +666,10 @@ def parse_stretch(
 
 
 def _settled(result: LogSet) -> LogSet:
-    """A whole file's record: in one rank's file every line, and every signature, is its."""
+    """A whole file's record: in one rank's file every line, and every signature, is its;
+    what several lines say together is read now that they are all in."""
+    for proc in result.processes.values():
+        settle_interfaces(proc)
     if len(result.processes) == 1:
         only = next(iter(result.processes.values()))
         only.lines = result.lines

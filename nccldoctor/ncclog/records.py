@@ -149,6 +149,12 @@ class ProcessLog:
     ib_oob: str | None = None
     ib_no_device: bool = False
     socket_ifs: list[dict[str, str]] = field(default_factory=list)
+    # 2.2–2.3 print each interface ncclFindInterfaces keeps ("NET : Using interface"), then
+    # who asked: the list so far, in NCCL's order (folds.found_interface)
+    found_ifs: list[dict[str, str]] = field(default_factory=list)
+    connect_errors: dict[str, str] = field(default_factory=dict)  # target ("?": unnamed) -> error
+    failed_nets: list[str] = field(default_factory=list)  # the transports failing lines are of
+    quotes: dict[str, str] = field(default_factory=dict)  # a network fact -> the line it is from
     gdr_hca: dict[str, bool] = field(default_factory=dict)
     gdr_pairs: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from nccldoctor.ncclog.hostfacts import address_facts
 from nccldoctor.ncclog.parser import LogSet
 from nccldoctor.ncclog.records import UNKNOWN_COMM, CommRank, ProcessLog
 from nccldoctor.ncclog.tuning import algorithms
@@ -166,7 +167,12 @@ def _process_dict(p: ProcessLog) -> dict[str, Any]:
         "ib_relaxed_ordering": p.ib_relaxed_ordering,
         "ib_oob": p.ib_oob,
         "ib_no_device": p.ib_no_device,
-        "socket_interfaces": p.socket_ifs,
+        "socket_interfaces": [{**i, **address_facts(i["address"])} for i in p.socket_ifs],
+        "bootstrap_interface": {**p.bootstrap, **address_facts(p.bootstrap["address"])}
+        if p.bootstrap
+        else None,
+        "failed_networks": p.failed_nets,
+        "connect_errors": p.connect_errors,
         "gdr_hca": p.gdr_hca,
         "gdr_pairs": p.gdr_pairs,
         "env": p.env,
