@@ -5,6 +5,8 @@ circle.
 - The worker's phases, defined once: the worker runs them in this order (cluster/worker/rank.py)
   under these deadlines, its fault hooks name them, the agent's watchdog budgets them, the
   verdict orders stopped ranks by them.
+- What a worker tells its agent as it goes: each line of its ``events.jsonl``
+  (:class:`WorkerEvent`).
 - What crosses node ↔ master: a node's hello at the master's gate (:class:`Hello`, the gate's
   record of it), its entry on the store (:class:`NodeEntry`), the world the master plans from
   the entries (:class:`World`); the merge and the ``world`` rules read them.
@@ -13,7 +15,9 @@ circle.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -36,6 +40,52 @@ PHASES = (
 WORKER_PHASES = tuple(p.name for p in PHASES)
 # The timeouts a worker needs, in the order of the phases that first use them
 PHASE_TIMEOUTS = tuple(dict.fromkeys(name for p in PHASES for name in p.budget))
+
+
+class EventStatus(StrEnum):
+    """Where a phase is: it started, ended well or badly, or is still running."""
+
+    START = "start"
+    OK = "ok"
+    FAIL = "fail"
+    HEARTBEAT = "heartbeat"
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """One line of a rank's ``events.jsonl``: the worker writes it as it goes (workerwatch), the
+    agent's watchdog reads it while the worker runs, and after it died in any way."""
+
+    t: float  # epoch seconds
+    rank: int
+    phase: str
+    status: EventStatus
+    detail: str = ""
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_line(cls, line: bytes | str) -> WorkerEvent | None:
+        """The event ``line`` holds, or None when it holds none (garbled, cut, not the worker's)."""
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        t, rank, phase = data.get("t"), data.get("rank"), data.get("phase")
+        status, detail = data.get("status"), data.get("detail", "")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            return None
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            return None
+        if not isinstance(phase, str) or not isinstance(detail, str):
+            return None
+        try:
+            return cls(float(t), rank, phase, EventStatus(status), detail)
+        except ValueError:  # a status this version does not know
+            return None
 
 
 # How a worker's own phase watch ends its error when a phase outlived its deadline: the rank was

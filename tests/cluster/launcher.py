@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nccldoctor.cluster.records import WorkerEvent
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
 from nccldoctor.facts.ranks import RankResult
 
@@ -45,11 +45,15 @@ class Ranks:
     def result(self, rank: int) -> RankResult:
         return RankResult.from_json((self.dirs[rank] / "result.json").read_text())
 
-    def events(self, rank: int) -> list[dict[str, Any]]:
+    def events(self, rank: int) -> list[WorkerEvent]:
+        """Every event the rank wrote so far; each line the worker writes is one."""
         path = self.dirs[rank] / "events.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        lines = path.read_text().splitlines()
+        events = [event for line in lines if (event := WorkerEvent.from_line(line))]
+        assert len(events) == len(lines), "\n".join(lines)
+        return events
 
     def output(self, rank: int) -> str:
         return (self.dirs[rank] / "worker.log").read_text(errors="replace")

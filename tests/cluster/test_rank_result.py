@@ -1,6 +1,7 @@
-"""A rank's result.json crosses from the worker to its agent as a RankResult: it reads back as the
-worker wrote it, and a file that is no result (cut, garbled, another program's, a field of the
-wrong type) is refused with why, never an exception of another kind."""
+"""What a rank's worker writes for its agent crosses as records: result.json as a RankResult reads
+back as the worker wrote it, and a file that is no result (cut, garbled, another program's, a
+field of the wrong type) is refused with why, never an exception of another kind; a line of
+events.jsonl that is no WorkerEvent is skipped."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nccldoctor.cluster.agent.outcomes import load_result
+from nccldoctor.cluster.records import EventStatus, WorkerEvent
 from nccldoctor.facts.ranks import (
     BandwidthRow,
     Checksum,
@@ -133,3 +135,28 @@ def test_any_json_document_is_a_result_or_refused(value):
         RankResult.from_json(json.dumps(value))
     except ValueError:
         return
+
+
+def test_an_event_reads_back_as_the_worker_wrote_it():
+    event = WorkerEvent(1764800000.25, 3, "barrier", EventStatus.FAIL, "barrier: timed out")
+    assert WorkerEvent.from_line(event.to_line()) == event
+    assert WorkerEvent.from_line(event.to_line().encode()) == event  # as the watchdog reads it
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"t": 1764800000.2, "rank": 3, "phase": "barr',  # cut mid-write
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"t": NaN, "rank": 3, "phase": "barrier", "status": "start"}',
+        b'{"t": "soon", "rank": 3, "phase": "barrier", "status": "start"}',
+        b'{"t": 1.0, "rank": true, "phase": "barrier", "status": "start"}',
+        b'{"t": 1.0, "rank": 3, "phase": ["barrier"], "status": "start"}',
+        b'{"t": 1.0, "rank": 3, "phase": "barrier", "status": "paused"}',
+        b'{"t": 1.0, "rank": 3, "phase": "barrier", "status": "fail", "detail": 7}',
+        b"[" * 100_000,
+    ],
+)
+def test_a_line_that_is_no_event_is_none(line):
+    assert WorkerEvent.from_line(line) is None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nccldoctor.cluster.records import WORKER_PHASES
+from nccldoctor.cluster.records import WORKER_PHASES, WorkerEvent
 from nccldoctor.cluster.worker.workerwatch import GRACE_S, HEARTBEAT_S
 from nccldoctor.facts.ranks import RankResult
 from tests.cluster.idx import write_mnist
@@ -69,18 +69,18 @@ def assert_healthy(ranks: Ranks, n: int) -> RankResult:
     return first
 
 
-def assert_events_in_order(events: list[dict], rank: int) -> None:
-    assert all(e["rank"] == rank for e in events)
-    marks = [(e["phase"], e["status"]) for e in events if e["status"] != "heartbeat"]
+def assert_events_in_order(events: list[WorkerEvent], rank: int) -> None:
+    assert all(e.rank == rank for e in events)
+    marks = [(e.phase, e.status) for e in events if e.status != "heartbeat"]
     assert marks == [(p, s) for p in WORKER_PHASES for s in ("start", "ok")]
-    running, previous_t = None, events[0]["t"]
+    running, previous_t = None, events[0].t
     for event in events:
-        running = event["phase"] if event["status"] == "start" else running
-        if event["status"] == "heartbeat":
-            assert event["phase"] == running
-        if event["status"] in ("heartbeat", "ok"):  # while a phase runs, no silence over 2 s
-            assert event["t"] - previous_t <= 2 * HEARTBEAT_S + 1.0  # + a loaded CI's jitter
-        previous_t = event["t"]
+        running = event.phase if event.status == "start" else running
+        if event.status == "heartbeat":
+            assert event.phase == running
+        if event.status in ("heartbeat", "ok"):  # while a phase runs, no silence over 2 s
+            assert event.t - previous_t <= 2 * HEARTBEAT_S + 1.0  # + a loaded CI's jitter
+        previous_t = event.t
 
 
 def test_healthy_two_ranks_with_real_gz_mnist(tmp_path, store):
@@ -130,7 +130,7 @@ def test_crash_in_ddp_names_the_phase(tmp_path, store):
     result = ranks.result(0)
     assert result.error == "ddp: RuntimeError: NCCLDOCTOR_FAULT: injected crash in phase ddp"
     assert result.phase_reached == "ddp" and result.ok is False
-    assert ranks.events(0)[-1]["phase"] == "ddp" and ranks.events(0)[-1]["status"] == "fail"
+    assert ranks.events(0)[-1].phase == "ddp" and ranks.events(0)[-1].status == "fail"
     # The peer loses rank 0 in DDP's allreduce or the checksum: an error, reported, not a hang.
     assert codes[1] == 3 and ranks.result(1).phase_reached in ("ddp", "checksum")
 
@@ -143,7 +143,7 @@ def test_hang_in_barrier_ends_by_the_deadline_with_stacks(tmp_path, store):
     )  # fmt: skip
 
     def barrier_started(rank: int) -> bool:
-        return any(e["phase"] == "barrier" for e in ranks.events(rank))
+        return any(e.phase == "barrier" for e in ranks.events(rank))
 
     wait_for(lambda: barrier_started(0) and barrier_started(1), 60, "both ranks in barrier")
     # The agent's hang watch: SIGUSR1 to the stuck worker writes its Python stacks.
@@ -157,13 +157,13 @@ def test_hang_in_barrier_ends_by_the_deadline_with_stacks(tmp_path, store):
         result = ranks.result(rank)
         assert result.phase_reached == "barrier" and result.error.startswith(expected)
         events = ranks.events(rank)
-        start = next(e["t"] for e in events if (e["phase"], e["status"]) == ("barrier", "start"))
+        start = next(e.t for e in events if (e.phase, e.status) == ("barrier", "start"))
         failed = events[-1]
-        assert (failed["phase"], failed["status"]) == ("barrier", "fail")
+        assert (failed.phase, failed.status) == ("barrier", "fail")
         # gloo's timeout (rank 0) or the worker's own deadline (rank 1): never much later.
-        assert failed["t"] - start <= deadline + GRACE_S + MARGIN_S
+        assert failed.t - start <= deadline + GRACE_S + MARGIN_S
     # While stuck for 3 s the worker kept beating (every second): alive but waiting, not dead.
-    beats = [e for e in ranks.events(1) if (e["phase"], e["status"]) == ("barrier", "heartbeat")]
+    beats = [e for e in ranks.events(1) if (e.phase, e.status) == ("barrier", "heartbeat")]
     assert len(beats) >= 2
     # The worker's own deadline dumped the stacks again, headed with why.
     assert "# barrier outlived its 3 s deadline" in stacks.read_text()
@@ -177,7 +177,7 @@ def test_sigterm_while_stuck_still_writes_the_result(tmp_path, store):
     assert ranks.wait(20) == [3]
     result = ranks.result(0)
     assert result.error == "init: stopped by SIGTERM" and result.phase_reached == "init"
-    assert ranks.events(0)[-1]["status"] == "fail"
+    assert ranks.events(0)[-1].status == "fail"
 
 
 def test_malformed_fault_is_reported_not_ignored(tmp_path, store):

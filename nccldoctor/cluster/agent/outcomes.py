@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
-from nccldoctor.cluster.records import WORKER_DEADLINE
+from nccldoctor.cluster.records import WORKER_DEADLINE, EventStatus
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RankResult
 
 
@@ -22,8 +22,8 @@ def load_result(rank_dir: Path) -> RankResult | None:
 
 def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
     """One entry of ``ranks``: where the rank got to and how it ended."""
-    failed = next((e for e in reversed(watch.events) if e.get("status") == "fail"), None)
-    error = (result.error if result else None) or (failed or {}).get("detail") or None
+    failed = next((e for e in reversed(watch.events) if e.status is EventStatus.FAIL), None)
+    error = (result.error if result else None) or (failed.detail if failed else None) or None
     stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
     if stuck:
         state = OutcomeState.STUCK
@@ -36,7 +36,7 @@ def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
     if state is OutcomeState.CRASHED and not error:
         error = _tail(watch.launched.log_path) or f"exited with code {watch.exit_code}"
     ok = state is OutcomeState.OK
-    ended = (failed or (watch.events[-1] if watch.events else {})).get("t")
+    ended = failed or (watch.events[-1] if watch.events else None)
     return RankOutcome(
         rank=watch.rank,
         node=watch.node,
@@ -45,7 +45,7 @@ def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
         phase_reached=(result.phase_reached if result else None) or watch.phase or "startup",
         exit_code=watch.exit_code,
         error=error,
-        ended_at=ended if isinstance(ended, (int, float)) else None,  # a garbled event: unknown
+        ended_at=ended.t if ended else None,
         stuck=stuck,
         last_nccl_lines=tuple(watch.last_nccl_lines),
         message_sizes=result.message_sizes if result else None,
@@ -59,25 +59,24 @@ def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
     """The ``phases`` rows of one rank, from its start/ok/fail events."""
     rows: list[dict[str, Any]] = []
     for event in watch.events:
-        status, phase, t = event.get("status"), event.get("phase"), event.get("t")
-        if status == "start":
+        if event.status is EventStatus.START:
             rows.append(
                 {
                     "node": watch.node,
                     "rank": watch.rank,
-                    "phase": phase,
+                    "phase": event.phase,
                     "status": "running",
-                    "started": t,
+                    "started": event.t,
                     "ended": None,
                     "duration_s": None,
                     "detail": "",
                 }
             )
-        elif status in ("ok", "fail") and rows and rows[-1]["phase"] == phase:
+        elif event.status in (EventStatus.OK, EventStatus.FAIL) and rows:
             row = rows[-1]
-            row.update(status=status, ended=t, detail=str(event.get("detail") or ""))
-            if isinstance(t, (int, float)) and isinstance(row["started"], (int, float)):
-                row["duration_s"] = round(t - row["started"], 3)
+            if row["phase"] == event.phase:
+                row.update(status=event.status.value, ended=event.t, detail=event.detail)
+                row["duration_s"] = round(event.t - row["started"], 3)
     if rows and rows[-1]["status"] == "running":
         rows[-1]["status"] = "timeout" if watch.stuck else "fail"
         rows[-1]["detail"] = watch.stuck or f"the worker exited with code {watch.exit_code}"

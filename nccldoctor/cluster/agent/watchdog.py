@@ -13,7 +13,6 @@ process ended, ``exit_code`` set) or ``stuck`` (the watchdog stopped it).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 
 from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.agent.local import FollowerProcess, stop_followers
-from nccldoctor.cluster.records import phase_budget
+from nccldoctor.cluster.records import EventStatus, WorkerEvent, phase_budget
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
 from nccldoctor.forensics.stop import stop_groups
@@ -37,9 +36,9 @@ class RankWatch:
 
     launched: Launched
     node: str
-    events: list[dict] = field(default_factory=list)
+    events: list[WorkerEvent] = field(default_factory=list)  # heartbeats left out
     phase: str | None = None  # the last phase that started
-    phase_status: str = "starting"  # start | ok | fail (of ``phase``; heartbeats only count)
+    phase_status: EventStatus | None = None  # of ``phase`` (None: no event yet)
     phase_started: float = 0.0  # monotonic, when the agent read the phase's start
     last_seen: float = 0.0  # monotonic, the last event of any kind
     exit_code: int | None = None
@@ -68,21 +67,17 @@ class RankWatch:
         complete = data[: data.rfind(b"\n") + 1]  # a half-written line waits for the next poll
         self._offset += len(complete)
         for line in complete.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict):
+            event = WorkerEvent.from_line(line)
+            if event is None:
                 continue
             self.last_seen = now
-            status = event.get("status")
-            if status == "heartbeat":
+            if event.status is EventStatus.HEARTBEAT:
                 continue
             self.events.append(event)
-            if status == "start" and event.get("phase") != self.phase:
-                self.phase, self.phase_started = event.get("phase"), now
-            if event.get("phase") == self.phase:
-                self.phase_status = str(status)
+            if event.status is EventStatus.START and event.phase != self.phase:
+                self.phase, self.phase_started = event.phase, now
+            if event.phase == self.phase:
+                self.phase_status = event.status
 
 
 @dataclass
@@ -164,7 +159,7 @@ def _stuck_reason(
             continue
         if r.phase is None and now - start > timeouts.startup:
             r.stuck = f"no event within {timeouts.startup:.0f} s of its start"
-        elif r.phase_status == "start" and r.phase is not None:
+        elif r.phase_status is EventStatus.START and r.phase is not None:
             budget = phase_budget(r.phase, timeouts)
             if now - r.phase_started > budget + GRACE_S:
                 r.stuck = f"still in {r.phase} after {now - r.phase_started:.1f} s (budget {budget:.0f} s)"

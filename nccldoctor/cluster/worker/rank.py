@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nccldoctor.cluster.records import phase_budget
+from nccldoctor.cluster.records import EventStatus, phase_budget
 from nccldoctor.cluster.worker.collectives import (
     ALLREDUCE,
     Comm,
@@ -140,7 +140,7 @@ class Worker:
 
     def _fatal(self, error: str) -> None:
         """From the phase watch: a deadline passed or a stop signal came; end the process now."""
-        self.events.emit(self.result.phase_reached, "fail", error)
+        self.events.emit(self.result.phase_reached, EventStatus.FAIL, error)
         if self.finish(EXIT_ERROR, error):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -150,7 +150,7 @@ class Worker:
     def phase(self, name: str) -> Iterator[None]:
         timeout_s = phase_budget(name, self.config.timeouts)
         self.record(replace(self.result, phase_reached=name))
-        self.events.emit(name, "start", f"deadline {timeout_s:g} s")
+        self.events.emit(name, EventStatus.START, f"deadline {timeout_s:g} s")
         self.watch.enter(name, timeout_s)
         started = time.monotonic()
         try:
@@ -158,10 +158,10 @@ class Worker:
             yield
         except BaseException as exc:
             self.watch.leave()
-            self.events.emit(name, "fail", f"{type(exc).__name__}: {exc}")
+            self.events.emit(name, EventStatus.FAIL, f"{type(exc).__name__}: {exc}")
             raise
         self.watch.leave()
-        self.events.emit(name, "ok", f"{time.monotonic() - started:.3f} s")
+        self.events.emit(name, EventStatus.OK, f"{time.monotonic() - started:.3f} s")
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> int:

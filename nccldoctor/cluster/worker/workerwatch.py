@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from nccldoctor.cluster.records import WORKER_DEADLINE
+from nccldoctor.cluster.records import WORKER_DEADLINE, EventStatus, WorkerEvent
 
 HEARTBEAT_S = 1.0  # well inside the agent watchdog's heartbeat budget (Timeouts.heartbeat)
 POLL_S = 0.5
@@ -57,11 +57,10 @@ class EventLog:
         self._lock = threading.Lock()
         self._out = path.open("a", encoding="utf-8")
 
-    def emit(self, phase: str, status: str, detail: str = "") -> None:
-        line = {"t": time.time(), "rank": self.rank, "phase": phase, "status": status}
-        line["detail"] = detail
+    def emit(self, phase: str, status: EventStatus, detail: str = "") -> None:
+        line = WorkerEvent(time.time(), self.rank, phase, status, detail).to_line()
         with self._lock:
-            self._out.write(json.dumps(line) + "\n")
+            self._out.write(line + "\n")
             self._out.flush()
 
 
@@ -121,7 +120,9 @@ class PhaseWatch(threading.Thread):
                     self._stacks.dump(f"{phase} outlived its {timeout_s:g} s deadline")
                     self._on_fatal(f"{phase}: timed out after {timeout_s:g} s {WORKER_DEADLINE}")
                 if now - last_beat >= HEARTBEAT_S:
-                    self._events.emit(phase, "heartbeat", f"{now - started:.1f} of {timeout_s:g} s")
+                    self._events.emit(
+                        phase, EventStatus.HEARTBEAT, f"{now - started:.1f} of {timeout_s:g} s"
+                    )
                     last_beat = now
             except Exception as exc:  # the worker's deadline must outlive its own errors
                 print(f"nccldoctor worker: phase watch error: {exc!r}", file=sys.stderr, flush=True)
