@@ -38,7 +38,10 @@ class ReachResult:
 
 @dataclass
 class HelloReply:
+    """The master's gate's answer to this node's hello."""
+
     ok: bool
+    advertised: str = ""  # the address this node said it has (its route's source address)
     run_id: str = ""
     seen: str = ""
     skew_s: float = 0.0  # master clock minus this node's clock, halfway through the exchange
@@ -46,6 +49,18 @@ class HelloReply:
     error: str = ""
     refused: bool = False  # the master answered and said no: retrying will not help
     probe_port: int = 0  # the master's listener on an ephemeral port (0: none)
+
+
+@dataclass
+class NcclBootstrap:
+    """libnccl's own bootstrap on this node (ncclGetUniqueId in a child process): the interface
+    and address it picked, read from its output, or why there are none."""
+
+    library: str
+    rc: int | None  # ncclResult_t; None when the call never returned
+    error: str | None
+    interface: tuple[str, str] | None  # (interface, address) of its "Bootstrap: Using" line
+    lines: list[str] = field(default_factory=list)  # the last lines of its output
 
 
 @dataclass
@@ -112,6 +127,7 @@ class RunObserved:
     reach: ReachResult | None = None
     master_search: MasterSearch | None = None
     hello: HelloReply | None = None
+    bootstrap: NcclBootstrap | None = None
     port_probe: PortProbe | None = None
     listen_error: str | None = None  # the master's store or listener could not bind its port
     late_for: list[str] | None = None  # the world's nodes, when it closed before this one came

@@ -30,9 +30,10 @@ def say_hello(
             )
             t1 = time.time()
             if not reply.get("ok"):
-                return HelloReply(False, error=str(reply.get("error")), refused=True)
+                return HelloReply(False, advertised, error=str(reply.get("error")), refused=True)
             return HelloReply(
                 True,
+                advertised,
                 run_id=str(reply["run_id"]),
                 seen=str(reply.get("seen", "")),
                 skew_s=float(reply["t"]) - (t0 + t1) / 2,
@@ -42,7 +43,7 @@ def say_hello(
         except (OSError, ValueError, KeyError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() + RETRY_S >= deadline:
-            return HelloReply(False, error=last)
+            return HelloReply(False, advertised, error=last)
         time.sleep(RETRY_S)
 
 

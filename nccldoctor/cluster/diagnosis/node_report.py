@@ -31,10 +31,8 @@ class NodeRun:
     phases: list[dict[str, Any]] = field(default_factory=list)
     is_master: bool = False
     run_id: str = ""
-    hello: dict[str, Any] | None = None
     world: World | None = None
     node_rank: int | None = None
-    bootstrap: dict[str, Any] | None = None
     tcp_gbps: float | None = None
     ranks: list[RankOutcome] = field(default_factory=list)
     rank_phases: list[dict[str, Any]] = field(default_factory=list)
@@ -153,8 +151,8 @@ def build_node_report(
                 "launcher": config.launcher,
                 "aborted": run.aborted,
                 "reach": dataclasses.asdict(observed.reach) if observed.reach else None,
-                "hello": run.hello,
-                "bootstrap": run.bootstrap,
+                "hello": dataclasses.asdict(observed.hello) if observed.hello else None,
+                "bootstrap": dataclasses.asdict(observed.bootstrap) if observed.bootstrap else None,
                 "port_probe": port_probe,
                 "elapsed_s": round(elapsed_s, 3),
             },

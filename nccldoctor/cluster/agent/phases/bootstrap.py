@@ -8,6 +8,9 @@ from typing import Any
 
 from nccldoctor.cluster.agent.state import AgentState
 from nccldoctor.cluster.diagnosis.node_report import bootstrap_interface, record_nccl_pick
+from nccldoctor.facts.run import NcclBootstrap
+
+BOOTSTRAP_LINES = 20  # of libnccl's output, kept in the report
 
 
 def run(state: AgentState, row: dict[str, Any]) -> None:
@@ -18,13 +21,9 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     library, future = state.bootstrap_probe
     probe = future.result(timeout=state.config.timeouts.bootstrap + 5)
     used = bootstrap_interface(probe.output_lines)
-    run.bootstrap = {
-        "library": library,
-        "rc": probe.rc,
-        "error": probe.error,
-        "interface": used,
-        "lines": probe.output_lines[-20:],
-    }
+    run.observed.bootstrap = NcclBootstrap(
+        library, probe.rc, probe.error, used, probe.output_lines[-BOOTSTRAP_LINES:]
+    )
     row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
     if used and run.facts:  # the node checks judge libnccl's answer, not a prediction
         forced = run.facts.env.socket_ifname

@@ -10,7 +10,7 @@ from nccldoctor.cluster.agent.state import AgentState
 
 def run(state: AgentState, row: dict[str, Any]) -> None:
     c, run = state.config, state.run
-    probe_port = (run.hello or {}).get("probe_port")
+    probe_port = run.observed.hello.probe_port if run.observed.hello else 0
     if run.is_master or not probe_port:
         row["status"], row["detail"] = "skipped", "the master listens"
         return

@@ -36,23 +36,14 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         if not run.is_master:
             knock.send_note(address, c.gate_port, run.node, c.token, str(result.error))
         raise PhaseFailed(f"reach: {result.error}")
-    if run.hello and not run.hello["ok"]:
-        raise PhaseFailed(f"reach: {run.hello['error']}")
+    if run.observed.hello and not run.observed.hello.ok:
+        raise PhaseFailed(f"reach: {run.observed.hello.error}")
 
 
 def _hello(state: AgentState, result: ReachResult, deadline: float) -> None:
     c, run = state.config, state.run
     address, advertised = result.addresses[0], result.source or ""
     reply = knock.say_hello(address, c.gate_port, run.node, advertised, c.token, deadline)
-    run.hello = {
-        "ok": reply.ok,
-        "seen": reply.seen,
-        "advertised": advertised,
-        "skew_s": reply.skew_s,
-        "rtt_s": reply.rtt_s,
-        "error": reply.error,
-        "probe_port": reply.probe_port,
-    }
     # what the master saw: master.nat-bridge compares it with the route's source
     run.facts.network.seen_by_master = reply.seen or None
     run.observed.hello, run.observed.gate = reply, f"{address}:{c.gate_port}"

@@ -10,21 +10,23 @@ from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
 from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts import to_dict
+from nccldoctor.facts.run import HelloReply
 
 
 def run(state: AgentState, row: dict[str, Any]) -> None:
     c, t, run = state.config, state.config.timeouts, state.run
     state.keys = rendezvous.Keys(run.run_id)
     deadline = time.monotonic() + t.rendezvous
+    hello = run.observed.hello or HelloReply(False)  # the master says none
     entry = NodeEntry(
         slot=0 if run.is_master else -1,
         name=run.node,
-        advertised=(run.hello or {}).get("advertised") or c.master,
-        seen=(run.hello or {}).get("seen") or c.master,
+        advertised=hello.advertised or c.master,
+        seen=hello.seen or c.master,
         procs=_procs(state),
         cuda=run.cuda,
         requested_rank=0 if run.is_master else c.node_rank,
-        skew_s=(run.hello or {}).get("skew_s", 0.0),
+        skew_s=hello.skew_s,
         facts=to_dict(run.facts),
     )
     if not run.is_master:
