@@ -159,7 +159,10 @@ def machine(run: Run) -> None:
 
     versions.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
     with contextlib.suppress(Exception):  # a CPU build has no NCCL to ask
-        versions["torch_nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()  # (2, 27, 5); older torch: NCCL_VERSION_CODE, 22705
+        if isinstance(nccl, int):
+            nccl = (nccl // 10000, nccl // 100 % 100, nccl % 100)
+        versions["torch_nccl"] = ".".join(map(str, nccl))
     if torch.cuda.is_available():
         versions["gpus"] = [
             {
@@ -374,6 +377,24 @@ def bare(run: Run) -> None:
     run.record("bare", started, ranks=wait_or_kill(procs, run.left(120)))
 
 
+def numbers(run: Run) -> dict:
+    """What the fixture README records (the issue's performance note): the check's largest
+    allreduce busbw beside the TCP probe's rate in the same run, and the check's wall time beside
+    the bare job's. Read from the check's report; absent what the run did not produce."""
+    walls = {s["step"]: s["wall_s"] for s in run.steps if "skipped" not in s}
+    found: dict[str, object] = {f"{step}_wall_s": walls.get(step) for step in ("check", "bare")}
+    with contextlib.suppress(OSError, ValueError, KeyError, IndexError, TypeError):
+        report = json.loads((run.work / "check/node0/run/check-cluster.json").read_text())
+        largest = report["bandwidth"]["rows"][-1]
+        found.update(
+            allreduce_bytes=largest["size_bytes"],
+            allreduce_busbw_GBps=largest["busbw_GBps"],
+            tcp_probe_Gbitps=report["bandwidth"].get("tcp_wire_Gbitps"),
+            check_answer=report["headline"]["answer"],
+        )
+    return found
+
+
 def plain(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     """Files, folders and links only: the watch's FIFOs stay out of the archive."""
     return member if member.isfile() or member.isdir() or member.issym() else None
@@ -423,7 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception as exc:  # one broken step still leaves the others' evidence
                 run.record(name, step_started, error=f"{type(exc).__name__}: {exc}")
         manifest = {"mode": mode, "backend": run.backend, "wall_s": round(time.monotonic() - started, 3),
-                    "budget_s": args.budget_s, "steps": run.steps}  # fmt: skip
+                    "budget_s": args.budget_s, "numbers": numbers(run), "steps": run.steps}  # fmt: skip
+        print(f"gpu-verify: numbers: {json.dumps(manifest['numbers'])}", flush=True)
         (run.work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         archive = args.outdir / f"gpu-verify-{mode}.tar.gz"
         with tarfile.open(archive, "w:gz") as tar:

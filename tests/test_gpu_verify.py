@@ -142,6 +142,10 @@ def test_the_dry_run_leaves_one_archive_of_every_step(dry_run, tmp_path):
     expected = 0 if run.step("check")["network"] == "netns" else 1
     assert [n["rc"] for n in run.step("check")["nodes"]] == [expected, expected]
     assert (run.step("watch-healthy")["rc"], run.step("watch-stalled")["rc"]) == (0, 3)
+    # the performance note's numbers, read from the check's report
+    numbers = manifest["numbers"]
+    assert numbers["allreduce_busbw_GBps"] > 0 and numbers["check_wall_s"] > 0
+    assert numbers["tcp_probe_Gbitps"]["node1"] > 0  # node1 probes the master
     # everything each step wrote, and nothing but files, folders and links
     for wanted in ("machine/versions.json", "machine/ip-addr.stdout", "preflight/preflight.json",
                    "preflight/tree/proc/self/mountinfo", "preflight/tree/run/nccldoctor/ip-addr.json",
@@ -256,6 +260,32 @@ def test_the_parser_reads_the_check_logs_as_nccl_wrote_them(archive):
     assert extra["init_complete"] is True
 
 
+def test_the_check_report_says_sockets_towards_the_master(archive):
+    """The node report's own NCCL section: the transport, the interface and an algorithm per
+    size, with the busbw of the sweep beside it."""
+    needs_gpu(archive)
+    towards_master = "eth0" if archive.step("check")["network"] == "netns" else "lo"
+    for node in ("node0", "node1"):
+        report = archive.json(f"check/{node}/run/check-{node}.json")
+        nccl = report["nccl"]
+        assert (nccl["network"], nccl["interfaces"]) == ("Socket", [towards_master])
+        assert nccl["transports"] and all(t.startswith("NET/Socket") for t in nccl["transports"])
+        assert {r["collective"] for r in nccl["algorithms"]} >= {"AllReduce"}
+    # a healthy machine: nothing to report but what the run made so (a loopback master) or the
+    # machine's /etc/hosts says (its hostname on 127.x, as the captured tree holds it)
+    cluster = archive.json("check/node0/run/check-cluster.json")
+    problems = {f["id"] for f in cluster["findings"] if f["severity"] in ("warn", "fail")}
+    expected = {"master.loopback"} if towards_master == "lo" else set()
+    [node] = archive.json("preflight/preflight.json")["nodes"]
+    hosts = (archive.root / "preflight" / "tree" / "etc" / "hosts").read_text().splitlines()
+    if any(
+        line.startswith("127.") and node["network"]["hostname"] in line.split()[1:]
+        for line in hosts
+    ):
+        expected.add("host.hostname-loopback")
+    assert problems <= expected, problems
+
+
 def test_the_logged_algorithm_per_size_is_the_parsers(archive):
     needs_gpu(archive)
     logs = archive.nccl_logs("check")
@@ -279,8 +309,10 @@ def test_the_tuning_replay_picks_what_nccl_picked(archive):
     [main, *_] = group_comms(logs)
     source = main.tuning_source()
     assert source is not None and source.tuning.rows, "the TUNING table is printed at init"
+    calls = oracle(archive.nccl_logs("check"))["calls"]
+    assert calls, "NCCL_DEBUG_SUBSYS with TUNING prints one line per call (NCCL >= 2.20)"
     wrong = []
-    for func, nbytes, algo, proto in oracle(archive.nccl_logs("check"))["calls"]:
+    for func, nbytes, algo, proto in calls:
         pick = best(source.tuning.rows.get(func, {}), func, nbytes, main.topology())
         if pick is None or (pick[0].upper(), pick[1].upper()) != (algo, proto):
             wrong.append((func, nbytes, (algo, proto), pick))
