@@ -48,9 +48,11 @@ _KEYS = (
     "reference",
 )
 # optional: not_from, the source files (as NCCL's WARN head names them, ``ras/client_support.cc``)
-# whose lines with this text are not this problem; units, {group: unit} of what a group captures,
-# so that a title reads "10 min" where the line said 600061 milliseconds
-_OPTIONAL = ("not_from", "units")
+# whose lines with this text are not this problem; only_from, the files whose lines alone are
+# (``transport/nvls.cc``: a CUDA failure there is NVLink SHARP's); units, {group: unit} of what a
+# group captures, so that a title reads "10 min" where the line said 600061 milliseconds;
+# explains, the ids of signatures whose lines follow from this one's when both are in a log
+_OPTIONAL = ("not_from", "only_from", "units", "explains")
 _UNITS = {"ms": lambda digits: format_seconds(int(digits) / 1000)}
 _ID = re.compile(r"^(?P<source>[a-z]+)\.[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FRAGMENT = re.compile(r"\{\{(\w+)\}\}")
@@ -74,13 +76,18 @@ class Signature:
     source: str
     versions: str
     not_from: tuple[str, ...] = ()
+    only_from: tuple[str, ...] = ()
+    explains: tuple[str, ...] = ()  # the signatures whose lines are this one's consequences
     units: tuple[tuple[str, str], ...] = ()  # (group, unit) pairs, the unit a key of _UNITS
     weight: int = 0  # how much fixed text the pattern spells out: its specificity
 
     def describes(self, line: str) -> bool:
         """Whether ``line`` (a whole log line) is this problem: not printed from a ``not_from``
-        file (``file.cc:NNN`` in its head)."""
-        return not any(f"{name}:" in line for name in self.not_from)
+        file (``file.cc:NNN`` in its head), and from an ``only_from`` file when it names some.
+        A WARN's message alone names no file: only a signature without ``only_from`` takes it."""
+        if any(f"{name}:" in line for name in self.not_from):
+            return False
+        return not self.only_from or any(f"{name}:" in line for name in self.only_from)
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,11 @@ class SignatureMatcher:
             return []
         found = []
         for sig in self.signatures:
-            if sig.prefilter in text and (m := self._regex(sig).search(text)):
+            if (
+                sig.prefilter in text
+                and (m := self._regex(sig).search(text))
+                and sig.describes(text)
+            ):
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 found.append(SignatureMatch(sig, groups))
         return found
@@ -234,9 +245,15 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         isinstance(reference, list) and reference and all(isinstance(r, str) for r in reference)
     ):
         raise SignatureError(f"{where}: reference must be a non-empty list of strings")
-    not_from = entry.get("not_from", [])
-    if not (isinstance(not_from, list) and all(isinstance(f, str) and f for f in not_from)):
-        raise SignatureError(f"{where}: not_from must be a list of file names")
+    not_from, only_from = entry.get("not_from", []), entry.get("only_from", [])
+    for key, names in (("not_from", not_from), ("only_from", only_from)):
+        if not (isinstance(names, list) and all(isinstance(f, str) and f for f in names)):
+            raise SignatureError(f"{where}: {key} must be a list of file names")
+    explains = entry.get("explains", [])
+    if not (
+        isinstance(explains, list) and all(isinstance(e, str) and _ID.match(e) for e in explains)
+    ):
+        raise SignatureError(f"{where}: explains must be a list of signature ids")
     id_match = _ID.match(entry["id"])
     if not id_match or id_match["source"] != entry["source"]:
         raise SignatureError(f"{where}: id must look like '<source>.<words-with-dashes>'")
@@ -285,6 +302,8 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         source=entry["source"],
         versions=entry["versions"],
         not_from=tuple(not_from),
+        only_from=tuple(only_from),
+        explains=tuple(explains),
         units=tuple(units.items()),
         weight=sum(map(len, runs)),  # the fixed text every match spells out: its specificity
     )

@@ -56,6 +56,8 @@ CATEGORIES: tuple[str, ...] = (
     "env_config",
     "data_corruption",
     "bandwidth",
+    "nvls_fabric",
+    "net_plugin",
     "other",
 )
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from checks import link_causes
 from nccldoctor.explain import explain
 from nccldoctor.model import Finding, Severity
 from nccldoctor.ncclog import expand_inputs
@@ -35,10 +36,13 @@ CONSEQUENCES = {"collective_timeout_hang", "remote_peer_closed", "other"}
 def category(findings: list[Finding]) -> str:
     """The failure category a reader would file the log under: a failing catalogue signature
     that names a cause, else any failing signature, else a failing rule, else a warning
-    signature, else healthy."""
+    signature, else healthy; a finding another one explains is never the cause."""
+
+    link_causes(findings)  # a consequence names its cause (explains=), as the report shows it
+    causes = [f for f in findings if not f.explained_by]
 
     def pick(severity: Severity, signature: bool, cause: bool = False) -> str | None:
-        for f in findings:
+        for f in causes:
             named = f.severity == severity and (not f.id.startswith("logs.")) == signature
             if named and (not cause or f.category not in CONSEQUENCES):
                 return f.category

@@ -213,7 +213,8 @@ _PIECES = (
 @given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=20)), max_size=4))
 def test_fast_path_equals_every_regex_on_every_line(parts: list[str]) -> None:
     line = "".join(parts)
-    slow = {sig.id for sig in SIGNATURES if re.search(sig.pattern, line)}
+    # a line names its file in its head: not_from / only_from decide as in match_line
+    slow = {sig.id for sig in SIGNATURES if re.search(sig.pattern, line) and sig.describes(line)}
     assert {m.signature.id for m in match_line(line)} == slow
 
 
@@ -322,6 +323,18 @@ def test_not_from_names_the_files_whose_lines_are_not_the_problem() -> None:
     own = "h:1:1 [0] misc/socket.cc:402 NCCL WARN Something broke: x"
     assert not sig.describes(ras) and sig.describes(own)
     assert load_signatures(_toml([GOOD]))[0].describes(ras)
+
+
+def test_only_from_names_the_files_whose_lines_alone_are_the_problem() -> None:
+    # NVIDIA/nccl#1788: a CUDA failure of transport/nvls.cc is NVLink SHARP's, the same text
+    # of another file the generic one; a WARN's message alone names no file
+    nvls = "n:1:1 [1] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'"
+    other = "n:1:1 [1] enqueue.cc:47 NCCL WARN Cuda failure 'named symbol not found'"
+    assert [m.signature.id for m in match_line(nvls)] == ["nccl.nvls-cuda-failure"]
+    assert [m.signature.id for m in match_line(other)] == ["nccl.cuda-failure"]
+    assert [m.signature.id for m in match_line("Cuda failure 1 'invalid argument'")] == [
+        "nccl.cuda-failure"
+    ]
 
 
 def test_missing_key_duplicate_id_and_bad_toml_are_rejected() -> None:

@@ -4,10 +4,11 @@ id), and the NCCL WARN lines no signature explains.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 
 from checks import Check, Problem, check, register
-from checks.signatures import SIGNATURES, Signature, match_line
+from checks.signatures import SIGNATURES, Signature, SignatureMatch, match_line
 from nccldoctor.model import Severity
 from nccldoctor.ncclog.summary import LogReading
 
@@ -16,6 +17,8 @@ from nccldoctor.ncclog.summary import LogReading
 
 def _signature_rule(signature: Signature) -> Callable[[LogReading], Problem | None]:
     def rule(reading: LogReading) -> Problem | None:
+        if signature.only_from:
+            return _claimed(signature, reading)
         hit = reading.logs.signatures.get(signature.id)
         if hit is None:
             return None
@@ -37,9 +40,33 @@ def _signature_rule(signature: Signature) -> Callable[[LogReading], Problem | No
     return rule
 
 
+def _claimed(signature: Signature, reading: LogReading) -> Problem | None:
+    """A signature of some files' lines only: the parser filed a WARN by its message, which
+    names no file, under a twin whose ``not_from`` leaves such lines to this one; it takes the
+    lines of any signature that its pattern matches and its files printed."""
+    lines = [
+        h
+        for hit in reading.logs.signatures.values()
+        for h in hit.lines
+        if signature.describes(h[1]) and signature.prefilter in h[0]
+        and re.search(signature.pattern, h[0])
+    ]  # fmt: skip
+    if not lines:
+        return None
+    text, _, key = lines[0]
+    found = re.search(signature.pattern, text)
+    groups = {k: v for k, v in found.groupdict().items() if v is not None} if found else {}
+    proc = reading.logs.processes.get(key or "")
+    return SignatureMatch(signature, groups).to_problem(
+        [line.strip() for _, line, _ in lines], proc.host if proc else None,
+        proc.rank if proc else None,
+    )  # fmt: skip
+
+
 def _register_signatures(signatures: Iterable[Signature]) -> None:
     for sig in signatures:
-        register(Check(sig.id, "logs", sig.category, "logs", _signature_rule(sig), sig.title))
+        rule = _signature_rule(sig)
+        register(Check(sig.id, "logs", sig.category, "logs", rule, sig.title, sig.explains))
 
 
 _register_signatures(SIGNATURES)

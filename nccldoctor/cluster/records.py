@@ -6,7 +6,8 @@ circle.
   under these deadlines, its fault hooks name them, the agent's watchdog budgets them, the
   verdict orders stopped ranks by them.
 - What a worker tells its agent as it goes: each line of its ``events.jsonl``
-  (:class:`WorkerEvent`).
+  (:class:`WorkerEvent`); and the rows of the report's ``phases`` (:class:`PhaseRow`), the agent's
+  own phases' and each rank's, which the node report holds.
 - What crosses node ↔ master: a node's hello at the master's gate (:class:`Hello`, the gate's
   record of it), its entry on the store (:class:`NodeEntry`), the world the master plans from
   the entries (:class:`World`); the merge and the ``world`` rules read them.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -86,6 +88,34 @@ class WorkerEvent:
             return cls(float(t), rank, phase, EventStatus(status), detail)
         except ValueError:  # a status this version does not know
             return None
+
+
+class PhaseStatus(StrEnum):
+    """How a phase of the agent's or of a rank went, in the report's ``phases``."""
+
+    RUNNING = "running"
+    OK = "ok"
+    FAIL = "fail"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class PhaseRow:
+    """A row of the report's ``phases`` (docs/report.md): one phase of this node's agent (``rank``
+    None) or of one rank; the agent fills it in as the phase runs."""
+
+    node: str
+    rank: int | None
+    phase: str
+    status: PhaseStatus = PhaseStatus.RUNNING
+    started: float = field(default_factory=time.time)  # epoch seconds
+    ended: float | None = None
+    duration_s: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status.value}  # the plain string, not the enum
 
 
 # How a worker's own phase watch ends its error when a phase outlived its deadline: the rank was

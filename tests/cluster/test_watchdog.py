@@ -63,7 +63,7 @@ def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path
     assert launched.proc.poll() is not None  # ended by the watchdog
     ranks, phases, _ = worker_sections(watch)
     assert ranks[0].state is OutcomeState.STUCK and ranks[0].phase_reached == "barrier"
-    assert phases[0]["status"] == "timeout"
+    assert phases[0].status == "timeout"
 
 
 def test_a_silent_rank_is_frozen(tmp_path):
@@ -80,7 +80,7 @@ def test_a_rank_that_ends_is_not_stuck(tmp_path):
     assert (r.stuck, r.exit_code, watch.stuck_reason) == (None, 0, None)
     ranks, phases, results = worker_sections(watch)
     assert ranks[0].state is OutcomeState.FAILED  # exit 0 without a result.json is no success
-    assert phases[0]["status"] == "ok" and results == {}
+    assert phases[0].status == "ok" and results == {}
 
 
 def test_last_nccl_lines(tmp_path):

@@ -105,7 +105,7 @@ def master_lost(run: NodeRun, config: CheckConfig, store: Any = None) -> bool:
     if error is None:
         return False
     master = next((n.name for n in run.world.nodes if n.node_rank == 0), config.master)
-    phase = next((p["phase"] for p in reversed(run.phases) if p["rank"] is None), "?")
+    phase = run.phases[-1].phase if run.phases else "?"
     errors = {r.rank: r.error or "" for r in run.ranks}
     run.observed.master_lost = MasterLost(master, address, error, phase, errors)
     run.lost.append(f"the master {master} (node rank 0) was lost during the {phase} phase")

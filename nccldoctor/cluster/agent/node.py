@@ -2,8 +2,8 @@
 
 Phases (docs/design.md#phases): preflight → reach → rendezvous → bootstrap → tcp → ports → workers,
 then the report (gather). Each lives in its own module under ``phases/`` with one entry point,
-``run``; :data:`PHASES` lists them once, in order. Each has a deadline from :class:`Timeouts` and
-is recorded in ``phases``. The master (node rank 0, or the node owning ``--master``) also hosts
+``run``, which says how it ended (:class:`PhaseEnd`); :data:`PHASES` lists them once, in order.
+Each has a deadline from :class:`Timeouts` and is recorded as a row of ``phases`` (PhaseRow). The master (node rank 0, or the node owning ``--master``) also hosts
 the store and the gate, and after the exit barrier merges every node's report into the cluster
 report. torch is imported in the background as the agent starts, the store's part first, and
 the workers are forked from the agent with it loaded (launcher). When the launcher started
@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from nccldoctor.cluster.agent import local, outcomes, rendezvous, watchdog
 from nccldoctor.cluster.agent.phases import (
@@ -36,13 +35,14 @@ from nccldoctor.cluster.agent.phases import (
     workers,
 )
 from nccldoctor.cluster.agent.phases import rendezvous as rendezvous_phase
-from nccldoctor.cluster.agent.state import AgentState, PhaseFailed, Progress
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed, Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.records import PhaseRow, PhaseStatus
 from nccldoctor.cluster.torchstart import preload_torch, quiet_omp, uncollected_imports
 from nccldoctor.report import Report
 
-Phase = Callable[[AgentState, dict[str, Any]], None]
+Phase = Callable[[AgentState], PhaseEnd]
 
 PHASES: tuple[tuple[str, Phase], ...] = (
     ("preflight", preflight.run),
@@ -91,7 +91,8 @@ class NodeAgent:
             self._open_local()
             for name, step in PHASES:
                 with self.phase(name) as row:
-                    step(state, row)
+                    end = step(state)
+                    row.status, row.detail = end.status, end.detail
         except Interrupted as exc:
             run.aborted = f"interrupted by {exc}"
         except PhaseFailed as exc:
@@ -136,38 +137,28 @@ class NodeAgent:
         raise Interrupted(signal.Signals(signum).name)
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+    def phase(self, name: str) -> Iterator[PhaseRow]:
         state, run = self.state, self.state.run
-        row = {
-            "node": run.node,
-            "rank": None,
-            "phase": name,
-            "status": "running",
-            "started": time.time(),
-            "ended": None,
-            "duration_s": None,
-            "detail": "",
-        }
+        row = PhaseRow(run.node, None, name, started=time.time())
         run.phases.append(row)
         if state.store is not None and run.node_rank is not None and state.keys:
             rendezvous.set_phase(state.store, state.keys, run.node_rank, name)
         state.progress(f"{name} ...")
         try:
             yield row
-            row["status"] = "ok" if row["status"] == "running" else row["status"]
         except PhaseFailed as exc:
-            row["status"], row["detail"] = "fail", str(exc)
+            row.status, row.detail = PhaseStatus.FAIL, str(exc)
             raise
         except rendezvous.RendezvousError as exc:
-            row["status"], row["detail"] = "timeout", str(exc)
+            row.status, row.detail = PhaseStatus.TIMEOUT, str(exc)
             raise PhaseFailed(f"{name}: {exc}") from exc
         except BaseException as exc:
-            row["status"], row["detail"] = "fail", f"{type(exc).__name__}: {exc}"
+            row.status, row.detail = PhaseStatus.FAIL, f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            row["ended"] = time.time()
-            row["duration_s"] = round(row["ended"] - row["started"], 3)
-            state.progress(f"{name} {row['status']} ({row['duration_s']:.1f} s) {row['detail']}")
+            row.ended = time.time()
+            row.duration_s = round(row.ended - row.started, 3)
+            state.progress(f"{name} {row.status} ({row.duration_s:.1f} s) {row.detail}")
 
 
 def _import_torch(loaded: threading.Event) -> None:

@@ -5,10 +5,9 @@ rows and the results by rank (docs/design.md#records)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
-from nccldoctor.cluster.records import WORKER_DEADLINE, EventStatus
+from nccldoctor.cluster.records import WORKER_DEADLINE, EventStatus, PhaseRow, PhaseStatus
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RankResult
 
 
@@ -55,37 +54,27 @@ def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
     )
 
 
-def rank_phases(watch: RankWatch) -> list[dict[str, Any]]:
+def rank_phases(watch: RankWatch) -> list[PhaseRow]:
     """The ``phases`` rows of one rank, from its start/ok/fail events."""
-    rows: list[dict[str, Any]] = []
+    rows: list[PhaseRow] = []
     for event in watch.events:
         if event.status is EventStatus.START:
-            rows.append(
-                {
-                    "node": watch.node,
-                    "rank": watch.rank,
-                    "phase": event.phase,
-                    "status": "running",
-                    "started": event.t,
-                    "ended": None,
-                    "duration_s": None,
-                    "detail": "",
-                }
-            )
+            rows.append(PhaseRow(watch.node, watch.rank, event.phase, started=event.t))
         elif event.status in (EventStatus.OK, EventStatus.FAIL) and rows:
             row = rows[-1]
-            if row["phase"] == event.phase:
-                row.update(status=event.status.value, ended=event.t, detail=event.detail)
-                row["duration_s"] = round(event.t - row["started"], 3)
-    if rows and rows[-1]["status"] == "running":
-        rows[-1]["status"] = "timeout" if watch.stuck else "fail"
-        rows[-1]["detail"] = watch.stuck or f"the worker exited with code {watch.exit_code}"
+            if row.phase == event.phase:
+                row.status = PhaseStatus(event.status.value)
+                row.ended, row.detail = event.t, event.detail
+                row.duration_s = round(event.t - row.started, 3)
+    if rows and rows[-1].status is PhaseStatus.RUNNING:
+        rows[-1].status = PhaseStatus.TIMEOUT if watch.stuck else PhaseStatus.FAIL
+        rows[-1].detail = watch.stuck or f"the worker exited with code {watch.exit_code}"
     return rows
 
 
 def worker_sections(
     watch: WatchResult,
-) -> tuple[list[RankOutcome], list[dict], dict[int, RankResult]]:
+) -> tuple[list[RankOutcome], list[PhaseRow], dict[int, RankResult]]:
     """(ranks rows, phases rows, result.json by rank) of one node."""
     results = {r.rank: load_result(r.launched.rank_dir) for r in watch.ranks}
     ranks = [rank_row(r, results[r.rank]) for r in watch.ranks]

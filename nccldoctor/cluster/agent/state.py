@@ -15,7 +15,7 @@ from nccldoctor.cluster.agent import launcher, local, rendezvous
 from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
-from nccldoctor.cluster.records import NodeEntry
+from nccldoctor.cluster.records import NodeEntry, PhaseStatus
 from nccldoctor.facts.world import Rejected
 
 # What the agent tells its caller as it runs: a phase's lines, and nodes joining on the master.
@@ -24,6 +24,19 @@ Progress = Callable[[str | rendezvous.Joined], None]
 
 class PhaseFailed(Exception):
     """A phase ended the run; its findings say why."""
+
+
+@dataclass(frozen=True)
+class PhaseEnd:
+    """How a phase ended, as its row in ``phases`` says: ``status`` and a line of ``detail``
+    (a phase that ends the run raises PhaseFailed instead)."""
+
+    detail: str = ""
+    status: PhaseStatus = PhaseStatus.OK
+
+    @classmethod
+    def skipped(cls, why: str) -> PhaseEnd:
+        return cls(why, PhaseStatus.SKIPPED)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from checks import all_checks, run_checks, run_node_checks
 from checks.linkrates import link_budget
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
-from nccldoctor.cluster.records import World
+from nccldoctor.cluster.records import PhaseRow, World
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.ranks import RankOutcome, RankResult
 from nccldoctor.facts.run import RunObserved
@@ -28,14 +28,14 @@ class NodeRun:
     findings: list[Finding] = field(default_factory=list)
     area_status: dict[str, str] = field(default_factory=dict)
     area_state: dict[str, AreaState] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[PhaseRow] = field(default_factory=list)  # the agent's
     is_master: bool = False
     run_id: str = ""
     world: World | None = None
     node_rank: int | None = None
     tcp_gbps: float | None = None
     ranks: list[RankOutcome] = field(default_factory=list)
-    rank_phases: list[dict[str, Any]] = field(default_factory=list)
+    rank_phases: list[PhaseRow] = field(default_factory=list)
     worker_results: dict[int, RankResult] = field(default_factory=dict)
     workers_started: bool = False
     cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
@@ -55,9 +55,7 @@ class NodeRun:
         if self.facts is not None:
             self.facts.node = name
         for item in (*self.findings, *self.phases):
-            if isinstance(item, dict) and item.get("node") == old:
-                item["node"] = name
-            elif isinstance(item, Finding) and item.node == old:
+            if item.node == old:
                 item.node = name
 
 
@@ -132,7 +130,7 @@ def build_node_report(
         area_status=status,
         area_state=state,
         extra={
-            "phases": run.phases + run.rank_phases,
+            "phases": [row.to_dict() for row in (*run.phases, *run.rank_phases)],
             "bandwidth": bandwidth,
             "ranks": [r.to_dict() for r in run.ranks],
             "hang": verdict.hang_section(

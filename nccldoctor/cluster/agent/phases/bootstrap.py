@@ -4,29 +4,26 @@ the user's NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.cluster.diagnosis.node_report import bootstrap_interface, record_nccl_pick
 from nccldoctor.facts.run import NcclBootstrap
 
 BOOTSTRAP_LINES = 20  # of libnccl's output, kept in the report
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     run = state.run
     if state.bootstrap_probe is None:
-        row["status"], row["detail"] = "skipped", "no loadable libnccl"
-        return
+        return PhaseEnd.skipped("no loadable libnccl")
     library, future = state.bootstrap_probe
     probe = future.result(timeout=state.config.timeouts.bootstrap + 5)
     used = bootstrap_interface(probe.output_lines)
     run.observed.bootstrap = NcclBootstrap(
         library, probe.rc, probe.error, used, probe.output_lines[-BOOTSTRAP_LINES:]
     )
-    row["detail"] = f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error)
     if used and run.facts:  # the node checks judge libnccl's answer, not a prediction
         forced = run.facts.env.socket_ifname
         run.facts.network = record_nccl_pick(
             run.facts.network, used, forced is not None and not forced.ignored
         )
+    return PhaseEnd(f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error))

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from nccldoctor.cluster.agent import knock
-from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
+from nccldoctor.cluster.records import PhaseStatus
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     c, run = state.config, state.run
     probe_port = run.observed.hello.probe_port if run.observed.hello else 0
     if run.is_master or not probe_port:
-        row["status"], row["detail"] = "skipped", "the master listens"
-        return
+        return PhaseEnd.skipped("the master listens")
     probe = knock.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
                              run.node, c.token, c.timeouts.port_probe)  # fmt: skip
     run.observed.port_probe = probe
     if probe.blocked:
-        row["status"], row["detail"] = "fail", f"{probe.to_master} or back: dropped"
-    else:
-        row["detail"] = f"{probe.to_master} and back: ok"
+        return PhaseEnd(f"{probe.to_master} or back: dropped", PhaseStatus.FAIL)
+    return PhaseEnd(f"{probe.to_master} and back: ok")

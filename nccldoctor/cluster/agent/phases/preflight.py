@@ -3,14 +3,12 @@ background (the bootstrap phase collects it)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.preflight import run_preflight
 from nccldoctor.probes.libnccl import bootstrap_probe
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     config, run = state.config, state.run
     # Preflight loads libnccl and libcudart by path to ask their versions. The dynamic
     # loader hands a loaded soname to every later DT_NEEDED of that name, so loaded
@@ -36,6 +34,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         state.bootstrap_probe = (libraries[0], future)
     run.area_status.update(pf.area_status)
     run.area_state.update(pf.area_state)
+    return PhaseEnd()
 
 
 def _cuda(state: AgentState) -> bool:

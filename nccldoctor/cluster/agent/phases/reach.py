@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from nccldoctor.cluster.agent import gate, knock, rendezvous, whoami
 from nccldoctor.cluster.agent.reach import ReachResult, connect, locate
-from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
 from nccldoctor.meet import is_local
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     c, t, run = state.config, state.config.timeouts, state.run
     deadline = time.monotonic() + t.reach
     result = locate(run.facts.network)
@@ -24,7 +23,6 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     run.is_master = c.node_rank == 0 or (c.node_rank is None and is_local(address))
     if c.node_rank is None and not run.is_master:
         _find_master(state, address, deadline)
-    row["detail"] = f"{result.interface} → {address}:{c.port}"
     if run.is_master:
         _host(state)
         if c.node_rank == 0:
@@ -38,6 +36,7 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
         raise PhaseFailed(f"reach: {result.error}")
     if run.observed.hello and not run.observed.hello.ok:
         raise PhaseFailed(f"reach: {run.observed.hello.error}")
+    return PhaseEnd(f"{result.interface} → {address}:{c.port}")
 
 
 def _hello(state: AgentState, result: ReachResult, deadline: float) -> None:

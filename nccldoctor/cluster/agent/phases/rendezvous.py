@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from nccldoctor.cluster.agent import rendezvous
-from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
 from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts import to_dict
 from nccldoctor.facts.run import HelloReply
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     c, t, run = state.config, state.config.timeouts, state.run
     state.keys = rendezvous.Keys(run.run_id)
     deadline = time.monotonic() + t.rendezvous
@@ -55,12 +54,12 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     run.node_rank = me.node_rank if me else None
     if me and me.name != run.node:  # another node has this one's name
         run.rename(me.name)
-    row["detail"] = f"{len(world.nodes)} node(s), world size {world.world_size}"
     if world.abort:
         raise PhaseFailed(f"rendezvous: {world.abort}")
     if me is None:
         run.observed.late_for = [n.name for n in world.nodes]
         raise PhaseFailed("rendezvous: arrived too late")
+    return PhaseEnd(f"{len(world.nodes)} node(s), world size {world.world_size}")
 
 
 def _procs(state: AgentState) -> int:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from nccldoctor.cluster.agent import knock
-from nccldoctor.cluster.agent.state import AgentState
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
+from nccldoctor.cluster.records import PhaseStatus
 from nccldoctor.units import format_link_rate
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     c, run = state.config, state.run
     if run.is_master:
-        row["status"], row["detail"] = "skipped", "the master receives"
-        return
+        return PhaseEnd.skipped("the master receives")
     # The nodes take turns at the master (they share its link); the turns together
     # stay within tcp_total, so that the first workers do not wait in init for the last.
     probers = len(run.world.nodes) - 1 if run.world else 1
@@ -23,6 +22,6 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     address = run.observed.reach.addresses[0]
     gbps, error = knock.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
     run.tcp_gbps = gbps
-    row["detail"] = format_link_rate(gbps) if gbps is not None else error  # the views' one unit
     if gbps is None:
-        row["status"] = "fail"
+        return PhaseEnd(error, PhaseStatus.FAIL)
+    return PhaseEnd(format_link_rate(gbps))  # the views' one unit

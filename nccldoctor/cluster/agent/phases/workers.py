@@ -5,13 +5,13 @@ which run theirs (agent/local.py); the watchdog watches them all alike."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from nccldoctor.cluster.agent import launcher, local, outcomes, watchdog
-from nccldoctor.cluster.agent.state import AgentState, PhaseFailed
+from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
+from nccldoctor.cluster.records import PhaseStatus
 
 
-def run(state: AgentState, row: dict[str, Any]) -> None:
+def run(state: AgentState) -> PhaseEnd:
     c, run, world = state.config, state.run, state.run.world
     assert world is not None and run.node_rank is not None
     me = next(n for n in world.nodes if n.node_rank == run.node_rank)
@@ -41,10 +41,10 @@ def run(state: AgentState, row: dict[str, Any]) -> None:
     run.ranks, run.rank_phases, run.worker_results = outcomes.worker_sections(watch)
     bad = [r for r in run.ranks if not r.ok]
     if watch.stuck_reason:
-        row["status"], row["detail"] = "timeout", watch.stuck_reason
-    elif bad:
-        row["status"] = "fail"
-        row["detail"] = ", ".join(f"rank {r.rank} {r.state}" for r in bad)
+        return PhaseEnd(watch.stuck_reason, PhaseStatus.TIMEOUT)
+    if bad:
+        return PhaseEnd(", ".join(f"rank {r.rank} {r.state}" for r in bad), PhaseStatus.FAIL)
+    return PhaseEnd()
 
 
 def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.Launched]:
