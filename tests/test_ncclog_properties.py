@@ -188,3 +188,66 @@ def test_application_lines_are_read_when_they_say_something(plan, seed, block):
     watchdog = identify(out[-1]) if plan[-1] == "watchdog" else None
     if watchdog:
         assert result.signatures[watchdog].count == count["watchdog"]
+
+
+# One host's network lines of every era (2.2's head without NCCL, 2.2–2.3's interface lists,
+# 2.4+'s bootstrap and NET/Socket, connect errors of several releases), each as NCCL prints it
+NETWORK_LINES = (
+    b"h-a:1:1 [0] INFO NET : Using interface eth0:10.0.0.1<0>",
+    b"h-a:1:1 [0] INFO NET/IB : Using interface eth0 for sideband communication",
+    b"h-a:1:1 [0] INFO NET : Using interface eth0:10.0.0.1<0>",  # NET/Socket lists them again
+    b"h-a:1:1 [0] INFO NET : Using interface lo:127.0.0.1<0>",
+    b"h-a:1:1 [0] INFO NET/Socket : 2 interfaces found",
+    b"h-a:1:1 [0] INFO comm 0x55d07fb87c10 rank 0 nranks 16",
+    b"h-a:1:1 [0] INFO Using internal Network Socket",
+    b"h-b:2:2 [1] NCCL INFO NET : Using interface eth1:fe80::1%eth1<0>",
+    b"h-b:2:2 [1] NCCL INFO NET/Socket : 1 interfaces found",
+    b"h-b:2:2 [1] NCCL INFO NET/IB: [0] mlx5_0:1/IB ",
+    b"h-b:2:2 [1] NCCL INFO CUDA Dev 1, IB Ports : mlx5_0/1(PIX) ",
+    b"h-b:2:2 [1] include/socket.h:361 NCCL WARN Call to connect timeout : Connection refused",
+    b"h-c:3:3 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>",
+    b"h-c:3:3 [0] misc/socket.cc:450 NCCL WARN Net : Connect to 10.0.0.9<4321> failed : No route to host",
+    b"h-c:3:3 [0] transport/net_ib.cc:1300 NCCL WARN NET/IB : Got completion from peer 10.0.0.9<4321> with status=12",
+    b"h-c:3:3 [0] NCCL INFO Bootstrap Root : rank 3 of 8 ranks has already checked in",
+    b"h-d:4:4 [0] misc/ibvwrap.cu:205 WARN Call to ibv_modify_qp failed",
+)
+
+
+@SETTINGS
+@given(
+    st.permutations(NETWORK_LINES),
+    st.integers(0, 4000),
+    st.sampled_from(["", "\r", "\x00", "wrap", "long"]),
+    st.sampled_from([13, 257, 1 << 20]),
+)
+def test_network_lines_cut_anywhere_never_raise(lines, cut, damage, block):
+    """The network lines interleaved in any order, cut at any byte, with CRLF, NULs, wrapped at
+    80 columns or padded to 100 kB: parsed, summarised and judged without a traceback."""
+    from nccldoctor.explain import judge_log_network
+    from nccldoctor.ncclog.headline import explain_logs
+
+    if damage == "wrap":
+        lines = [line[i : i + 80] for line in lines for i in range(0, len(line), 80)]
+    elif damage == "long":
+        lines = [line + b" " * 100_000 if i % 5 == 0 else line for i, line in enumerate(lines)]
+    elif damage:
+        lines = [line + damage.encode() for line in lines]
+    data = b"\n".join(lines)
+    result = _parse(data[:cut] if cut < len(data) else data, block=block)
+    explain_logs(result)
+    judge_log_network(result)
+
+
+def test_every_network_line_is_read_whole():
+    """The same lines whole: each host's facts as NCCL printed them."""
+    result = _parse(b"\n".join(NETWORK_LINES) + b"\n")
+    a, b, c = (result.processes[k] for k in ("h-a:1", "h-b:2", "h-c:3"))
+    assert a.bootstrap == {"ifname": "eth0", "address": "10.0.0.1"}
+    assert [s["ifname"] for s in a.socket_ifs] == ["eth0", "lo"]
+    assert a.networks == ["Socket"] and a.comms["0x55d07fb87c10"].nranks == 16
+    assert b.bootstrap == {"ifname": "eth1", "address": "fe80::1%eth1"}
+    assert [d["hca"] for d in b.ib_devices] == ["mlx5_0"]
+    assert b.connect_errors == {"?": "Connection refused"}
+    assert c.connect_errors == {"10.0.0.9<4321>": "No route to host"}
+    assert c.failed_nets == ["IB"]
+    assert result.processes["h-d:4"].failed_nets == ["IB"]

@@ -1,5 +1,6 @@
 """The Facts a log shows of each host, built as the probes build them, so that the network rules
-of ``check`` judge a pasted log exactly as they judge a live node (docs/design.md#data-flow).
+of ``check`` judge a pasted log exactly as they judge a live node
+(docs/nccl-log-formats.md#network-facts).
 
 A log shows, per host (its processes' ``host`` field): the interfaces NCCL listed, in its order,
 with their addresses (bootstrap, NET/Socket; 2.2–2.3 each found interface), which one it

@@ -26,6 +26,7 @@ from itertools import pairwise
 
 from nccldoctor.limits import MAX_DIGITS, MAX_PROCESSES
 from nccldoctor.ncclog.envelope import LEGACY_NEEDLES, clean, parse_line
+from nccldoctor.ncclog.folds import settle_interfaces
 from nccldoctor.ncclog.inputs import (
     BLOCK_BYTES,
     MAX_LINE,
@@ -35,7 +36,6 @@ from nccldoctor.ncclog.inputs import (
     Stretch,
     stretches,
 )
-from nccldoctor.ncclog.folds import settle_interfaces
 from nccldoctor.ncclog.joins import continue_into, merge_into
 from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind, warned
 from nccldoctor.ncclog.lines import (
