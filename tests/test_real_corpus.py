@@ -24,7 +24,8 @@ from nccldoctor.model import Finding, Severity
 from nccldoctor.ncclog import expand_inputs
 
 CORPUS = Path(__file__).parent / "fixtures" / "real"
-FACTS = ("nccl_version", "network", "gdrdma", "nranks", "interfaces", "init_complete", "category")
+FACTS = ("nccl_version", "network", "gdrdma", "nranks", "interfaces", "init_complete", "category",
+         "bootstrap")  # fmt: skip
 TARGET = 0.95
 CASES = sorted(p.parent for p in CORPUS.glob("*/expect.toml"))
 
@@ -61,6 +62,7 @@ def facts(case: Path) -> dict[str, Any]:
     extra, findings = explain(expand_inputs([str(case / "log.txt")]), jobs=1, network=True)
     got = {k: extra[k] for k in FACTS if k in extra}
     got["category"] = category(findings)
+    got["bootstrap"] = extra.get("nccl", {}).get("bootstrap")
     return got
 
 
