@@ -189,6 +189,31 @@ def subnet_differs(nodes: list[NodeFacts]) -> Problem | None:
     )
 
 
+@check(
+    "cluster.nccl-interface-differs", area="cluster", category="interface_selection",
+    scope="cluster",
+)  # fmt: skip
+def nccl_interface_differs(nodes: list[NodeFacts]) -> Problem | None:
+    """NCCL bootstraps on differently named interfaces on different nodes (one node on docker0,
+    lo or a second NIC while the others use eth0): each rank must reach every other's address."""
+    groups = _groups(nodes, lambda f: f.network.nccl_pick)
+    if len(groups) < 2:
+        return None
+    addresses = {f.node: f.network.nccl_pick_address for f in nodes}
+    return Problem(
+        Severity.WARN,
+        f"NCCL bootstraps on {len(groups)} different interfaces: "
+        + ", ".join(f"{name} ({', '.join(n)})" for name, n in sorted(groups.items())),
+        [
+            f"{name}: " + ", ".join(f"{n} {addresses[n] or ''}".strip() for n in names)
+            for name, names in sorted(groups.items())
+        ],
+        "Pick the interface of the network the nodes share on every node (its name may differ "
+        "from node to node):\nexport NCCL_SOCKET_IFNAME==<that interface>   # on each node\n"
+        "ip route get <another node's address>   # names it",
+    )
+
+
 DOCKER_NAT_FIX = (
     "Run every container on the host's network, so each node advertises its own host's "
     "address:\n"

@@ -52,7 +52,7 @@ LOG_NETWORK_RULES: dict[Scope, tuple[str, ...]] = {
         "socket.ifname-unusable",
         "socket.pick-virtual",
     ),
-    "cluster": ("cluster.advertised-address-shared",),
+    "cluster": ("cluster.advertised-address-shared", "cluster.nccl-interface-differs"),
 }
 _ONE_HOST = "judged as one host of several: the log shows this host only ({host})"
 

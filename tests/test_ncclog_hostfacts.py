@@ -142,3 +142,30 @@ def test_link_local_bootstrap_across_hosts_is_flagged(tmp_path):
     logs = parse_source(str(_write(tmp_path, lines)))
     found = [f for f in judge_log_network(logs) if f.id == "socket.pick-virtual"]
     assert len(found) == 2 and all("link-local" in " ".join(f.evidence) for f in found)
+
+
+def test_hosts_bootstrapping_on_different_interfaces():
+    """horovod/horovod#636: srv4 on ens5f0.3003, srv5 on ens5f1.3003 (two VLANs, two subnets)."""
+    logs = parse_source(str(REAL / "horovod-636-v2.3.7-docker-link-local-two-hosts" / "log.txt"))
+    (found,) = [f for f in judge_log_network(logs) if f.id == "cluster.nccl-interface-differs"]
+    assert found.severity == Severity.WARN
+    assert found.title == (
+        "NCCL bootstraps on 2 different interfaces: ens5f0.3003 (srv4), ens5f1.3003 (srv5)"
+    )
+    assert "ens5f0.3003: srv4 10.1.118.3" in found.evidence
+
+
+def test_the_same_rule_judges_the_probes_facts():
+    """One rule, two sources: the Facts a probe fills on live nodes say the same."""
+    from checks import run_checks
+    from nccldoctor.facts import NodeFacts
+
+    nodes = []
+    for name, pick in (("a", "eth0"), ("b", "eth0"), ("c", "docker0")):
+        facts = NodeFacts(node=name)
+        facts.network.nccl_pick, facts.network.nccl_pick_address = pick, f"198.18.0.{len(nodes)}"
+        nodes.append(facts)
+    (found,) = run_checks("cluster", nodes, only=["cluster.nccl-interface-differs"])
+    assert found.title == "NCCL bootstraps on 2 different interfaces: docker0 (c), eth0 (a, b)"
+    nodes[2].network.nccl_pick = "eth0"
+    assert run_checks("cluster", nodes, only=["cluster.nccl-interface-differs"]) == []
