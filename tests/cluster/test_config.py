@@ -301,46 +301,7 @@ def test_the_token_never_reaches_the_reports_command_line():
         "nccldoctor", "check", "--token", "***", "--token=***", "--nodes", "2"]  # fmt: skip
 
 
-def docs_pod_specs() -> dict[str, dict]:
-    """The YAML blocks of docs/launch/kubernetes.md, by kind."""
-    import yaml
-
-    text = (Path(__file__).resolve().parents[2] / "docs/launch/kubernetes.md").read_text()
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
-    return {b["kind"]: b for b in blocks}
-
-
-def container_env(pod: dict) -> dict[str, str]:
-    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
-    return {e["name"]: e["value"] for e in container.get("env", [])}
-
-
 K8S = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-
-
-def test_pytorchjob_of_the_docs_each_pod():
-    spec = docs_pod_specs()["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]
-    workers = spec["Worker"]["replicas"]
-    world = spec["Master"]["replicas"] + workers
-    # The operator adds these to the pytorch container (the table on that page).
-    for rank in range(world):
-        env = {**K8S, **container_env(spec["Master" if rank == 0 else "Worker"]["template"]),
-               "MASTER_ADDR": "ddp-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": str(world),
-               "RANK": str(rank)}  # fmt: skip
-        c = make(env)
-        assert (c.launcher, c.master, c.port, c.nodes, c.node_rank) == (
-            "kubernetes", "ddp-master-0", 23456, 2, rank)  # fmt: skip
-
-
-def test_jobset_of_the_docs_each_pod():
-    job = docs_pod_specs()["JobSet"]["spec"]["replicatedJobs"][0]
-    pods = job["template"]["spec"]["parallelism"]
-    pod = job["template"]["spec"]["template"]
-    for index in range(pods):
-        # Kubernetes sets JOB_COMPLETION_INDEX in each pod of an Indexed Job.
-        c = make({**K8S, **container_env(pod), "JOB_COMPLETION_INDEX": str(index)})
-        assert (c.launcher, c.master, c.port, c.nodes, c.node_rank) == (
-            "kubernetes", f"ddp-{job['name']}-0-0.ddp", 29400, pods, index)  # fmt: skip
 
 
 def test_elastic_pytorchjob_pet_variables():
