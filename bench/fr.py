@@ -1,5 +1,7 @@
 """Benchmark: the Flight Recorder analysis of 1024 ranks' dumps of 2000 entries each against
-``pickle.load`` of the same files, in the same run (target: at most 3x), and its memory.
+``pickle.load`` of the same files, in the same run (target: at most 3x), and its memory; and what
+the loader's bounds cost: the analysis against itself with the scan of each pickle skipped
+(frload.scan, pickscan.py), alternated and repeated, medians compared (target: at most 5%).
 
 The dumps are made from a genuine one's shape (tests/fixtures/flightrec/gloo/skip, entries with
 their Python frames): a world group of all ranks and a tensor-parallel group of 8 per rank, three
@@ -8,7 +10,7 @@ the analysis must name. Every rank's buffer has wrapped (record ids start past 0
 peak RSS growth of each measurement in its own child process: the analysis folds one dump at a
 time, so it must stay far below what loading every rank's entries at once costs.
 
-    python bench/fr.py            # BENCH_FR_RANKS=128 for a quick run
+    python bench/fr.py            # BENCH_FR_RANKS=128 for a quick run, BENCH_FR_REPEAT=5
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import multiprocessing as mp
 import os
 import pickle
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -27,13 +30,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checks import run_checks
+from nccldoctor.forensics import frload, pickscan
 from nccldoctor.forensics.flightrec import analyse
+from nccldoctor.limits import MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests/fixtures/flightrec/gloo/skip/pickle/nccl_trace_rank_0"
 RANKS = int(os.environ.get("BENCH_FR_RANKS", "1024"))
 ENTRIES, TP, CULPRIT = 2000, 8, 517 % RANKS
 RATIO_LIMIT = 3.0
+BOUNDS_LIMIT = 1.05  # the analysis with the scan over the analysis without it
+REPEAT = int(os.environ.get("BENCH_FR_REPEAT", "5"))
 FIRST_RECORD = 50_000  # the buffers wrapped long ago
 
 
@@ -91,6 +98,21 @@ def _analysis(paths: list[Path], out) -> None:
     out.send((elapsed, _rss_kb() - before, titles))
 
 
+def _analysis_unbounded(paths: list[Path], out) -> None:
+    """The analysis as it was before the loader's bounds: no pickle is scanned."""
+    frload.scan = lambda *_: None
+    _analysis(paths, out)
+
+
+def _scans(paths: list[Path], out) -> None:
+    """The scan alone of every dump, as the loader runs it."""
+    datas = [p.read_bytes() for p in paths]
+    t0 = time.perf_counter()
+    for data in datas:
+        pickscan.scan(data, MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BYTES, MAX_DUMP_DEPTH)
+    out.send((time.perf_counter() - t0, 0, None))
+
+
 def measure(target, paths: list[Path]):
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -114,15 +136,26 @@ def main() -> int:
         print(f"made {RANKS} dumps x {ENTRIES} entries ({size / 2**20:.0f} MiB) "
               f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
         base_s, base_kb, entries = measure(_baseline, paths)
-        fr_s, fr_kb, titles = measure(_analysis, paths)
+        bounded, unbounded, scans = [], [], []
+        for _ in range(REPEAT):  # alternated: the machine's load falls on both alike
+            fr_s, fr_kb, titles = measure(_analysis, paths)
+            bounded.append(fr_s)
+            unbounded.append(measure(_analysis_unbounded, paths)[0])
+            scans.append(measure(_scans, paths)[0])
+    fr_s, scan_s = statistics.median(bounded), statistics.median(scans)
+    bounds = fr_s / statistics.median(unbounded)
     ratio = fr_s / base_s
     print(f"pickle.load of every dump : {base_s:6.2f} s, RSS +{base_kb / 1024:7.0f} MiB "
           f"({entries} entries held at once)")  # fmt: skip
     print(f"analysis + flightrec rules: {fr_s:6.2f} s, RSS +{fr_kb / 1024:7.0f} MiB")
     print(f"ratio {ratio:.2f}x (limit {RATIO_LIMIT:.0f}x); memory {fr_kb / max(base_kb, 1):.3f}x")
+    print(f"bounds: analysis {fr_s:.2f} s with the scan, {statistics.median(unbounded):.2f} s "
+          f"without (medians of {REPEAT}, alternated): {bounds:.3f}x (limit {BOUNDS_LIMIT}x); "
+          f"the scan alone {scan_s:.3f} s, {scan_s / fr_s:.1%} of the analysis "
+          f"({'C' if pickscan.NATIVE else 'Python'})")  # fmt: skip
     named = [t for t in titles if f"rank {CULPRIT} never joined" in t]
     print(named[0] if named else f"MISSED the culprit rank {CULPRIT}: {titles}")
-    return 0 if named and ratio <= RATIO_LIMIT and fr_kb < base_kb else 1
+    return 0 if named and ratio <= RATIO_LIMIT and fr_kb < base_kb and bounds <= BOUNDS_LIMIT else 1
 
 
 if __name__ == "__main__":

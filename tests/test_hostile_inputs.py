@@ -175,6 +175,15 @@ def fr_allocations(tmp: Path) -> list[str]:
     return ["explain", "--json", str(tmp)]
 
 
+def fr_digits(tmp: Path) -> list[str]:
+    """Ints of 20,000 bits where a dump's numbers are (each of its fields in turn)."""
+    big = 1 << 20_000
+    for rank, key in enumerate(("record_id", "collective_seq_id", "time_created_ns")):
+        (tmp / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(_fr({key: big}), 2))
+    (tmp / "nccl_trace_rank_3").write_bytes(pickle.dumps(_fr({"input_sizes": [[big]]}), 2))
+    return ["explain", "--json", str(tmp)]
+
+
 def fr_many_lists(tmp: Path) -> list[str]:
     """A dump of empty lists, two bytes each (EMPTY_LIST, APPEND), up to the bytes read, and
     one past them."""
@@ -278,6 +287,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], set[str]]] = {
     "fr_shared": (fr_shared, {"flightrec.dump-unreadable"}),
     "fr_shared_key": (fr_shared_key, {"flightrec.dump-unreadable"}),
     "fr_allocations": (fr_allocations, {"flightrec.dump-unreadable"}),
+    "fr_digits": (fr_digits, {"flightrec.dump-unreadable"}),
     "fr_many_lists": (fr_many_lists, {"flightrec.dump-unreadable"}),
     "zip_of_lists": (zip_of_lists, {"ticket.not-read"}),
     "nul_file": (nul_file, {"ticket.not-read"}),

@@ -2,7 +2,7 @@
 dump, on generated pickles of every protocol and on their corruptions; what they count is what a
 walk over the unpickled object visits; the bombs a few hundred bytes make (shared references,
 lengths that allocate, a memo index far out, deep nesting, repeated strings, a hashed tuple,
-a cycle) are stopped before the unpickler runs."""
+an int too long to print, a cycle) are stopped before the unpickler runs."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def _walk(obj: object) -> tuple[int, int]:
 
 
 keys = st.one_of(st.text(max_size=5), st.integers(-(10**9), 10**9), st.none(), st.booleans())
-leaves = st.one_of(keys, st.floats(allow_nan=False), st.binary(max_size=5), st.integers())
+int64 = st.integers(-(2**63), 2**63 - 1)  # what torch writes
+leaves = st.one_of(keys, st.floats(allow_nan=False), st.binary(max_size=5), int64)
 values = st.recursive(
     leaves,
     lambda inner: st.one_of(
@@ -166,6 +167,11 @@ def repeated_string(count: int = 3000) -> bytes:
     return _around(b"](" + ops + b"h\x00" * (count - 1) + b"e")
 
 
+def long_int() -> bytes:
+    """An int of 20,000 bits: any str() of it raises (over 4300 digits)."""
+    return _around(b"\x8b" + struct.pack("<i", 2501) + b"\x01" * 2501)
+
+
 def cycle() -> bytes:
     """A list that holds itself."""
     return _around(b"]q\x00h\x00a")
@@ -184,6 +190,7 @@ def changed_after_use() -> bytes:
         (far_memo, Stop.MEMO),
         (lambda: deep(10**5), Stop.DEPTH),
         (repeated_string, Stop.BYTES),
+        (long_int, Stop.NUMBER),
         (cycle, Stop.CHANGED),
         (changed_after_use, Stop.CHANGED),
     ],
@@ -202,6 +209,13 @@ def test_a_tuple_is_no_dict_key_however_small():
     data = _around(b"}K\x01K\x02\x86K\x01s")  # {(1, 2): 1}
     assert both(data)[0] == Stop.KEY
     assert both(_around(b"}\x8c\x01aK\x01s")) is None  # {'a': 1}
+
+
+def test_an_int_is_what_torch_writes_at_most():
+    assert both(_around(b"\x8a\x08" + b"\xff" * 7 + b"\x7f")) is None  # 2^63 - 1
+    assert both(_around(b"\x8a\x09" + b"\x00" * 9))[0] == Stop.NUMBER
+    assert both(_around(b"I" + b"9" * 20 + b"\n")) is None
+    assert both(_around(b"L" + b"9" * 21 + b"L\n"))[0] == Stop.NUMBER
 
 
 def test_a_global_is_left_to_the_unpickler_which_refuses_it():

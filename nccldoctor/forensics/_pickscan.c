@@ -8,6 +8,9 @@
  * A list, dict or set lives in `nodes`, which the stack and the memo share, as they share the
  * object; any other value is copied. Sums stay far below 2^64: each is checked as it grows.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")  /* a tenth faster than the build's -O2 here */
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -15,15 +18,20 @@
 #include <string.h>
 
 enum { KEY, SCALAR, TUPLE, FROZENSET, LIST, DICT, SET };
-enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, BYTES, DEPTH };
+enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, BYTES, DEPTH, NUMBER };
 #define SHORT_DIGITS 18
+#define LONG_BYTES 8
+#define LONG_DIGITS 20
 
+/* Neither field type is size_t's (unsigned long) nor a char, so the compiler knows that a store
+ * to a value leaves the scan's lengths alone and keeps them in registers. */
 typedef struct {
-    uint64_t objects, bytes;
-    uint32_t node;  /* a LIST, DICT or SET: its index in nodes, which holds its weight */
+    unsigned long long objects, bytes;
+    uint32_t node;   /* a LIST, DICT or SET: its index in nodes, which holds its weight */
     uint16_t depth;
-    uint8_t kind, frozen;
+    uint16_t kind;   /* a node's kind has FROZEN set once it was referenced */
 } Value;
+#define FROZEN 0x100
 
 typedef struct {
     Value *items;
@@ -33,7 +41,7 @@ typedef struct {
 typedef struct {
     const unsigned char *data;
     size_t size, pos, at;
-    uint64_t max_objects, max_bytes, max_depth, built, number;
+    unsigned long long max_objects, max_bytes, max_depth, built, number;
     int why;
     Values stack, memo, nodes;
     size_t *marks;
@@ -74,22 +82,28 @@ static inline int mutable(const Value *v) { return v->kind >= LIST; }
 /* The weight of a value: a container's lives in its node. */
 static inline Value *weight(Scan *s, Value *v) { return mutable(v) ? &s->nodes.items[v->node] : v; }
 
-static inline int check(Scan *s, const Value *w, uint64_t objects) {
+static int over(Scan *s, const Value *w, uint64_t objects) {
     if (objects > s->max_objects)
         return stop(s, OBJECTS, s->max_objects);
     if (w->bytes > s->max_bytes)
         return stop(s, BYTES, s->max_bytes);
-    if (w->depth > s->max_depth)
-        return stop(s, DEPTH, s->max_depth);
+    return stop(s, DEPTH, s->max_depth);
+}
+
+/* One branch for the three bounds (the scan's most frequent test); which one, only when over. */
+static inline int check(Scan *s, const Value *w, uint64_t objects) {
+    if ((objects > s->max_objects) | (w->bytes > s->max_bytes) | (w->depth > s->max_depth))
+        return over(s, w, objects);
     return 0;
 }
 
 /* A scalar just built, pushed: one object of nbytes, no depth. */
 static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
-    if (++s->built > s->max_objects)
-        return stop(s, OBJECTS, s->max_objects);
-    if (nbytes > s->max_bytes)
+    if ((++s->built > s->max_objects) | (nbytes > s->max_bytes)) {
+        if (s->built > s->max_objects)
+            return stop(s, OBJECTS, s->max_objects);
         return stop(s, BYTES, s->max_bytes);
+    }
     Value *v = slot(s, &s->stack);
     if (v == NULL)
         return -1;
@@ -97,14 +111,13 @@ static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
     v->bytes = nbytes;
     v->node = 0;
     v->depth = 0;
-    v->kind = (uint8_t)kind;
-    v->frozen = 0;
+    v->kind = (uint16_t)kind;
     return 0;
 }
 
 /* An empty container just built, in *out; a list, dict or set gets a node of its own. */
 static int new_container(Scan *s, int kind, Value *out) {
-    Value v = {1, 0, 0, 1, (uint8_t)kind, 0};
+    Value v = {1, 0, 0, 1, (uint16_t)kind};
     s->built++;
     if (check(s, &v, s->built) < 0)
         return -1;
@@ -172,7 +185,7 @@ static Value *target(Scan *s, size_t position, int kind, int op) {
         stop(s, STACK, (uint64_t)op);
         return NULL;
     }
-    if (s->nodes.items[v->node].frozen) {
+    if (s->nodes.items[v->node].kind & FROZEN) {
         stop(s, CHANGED, (uint64_t)op);
         return NULL;
     }
@@ -205,7 +218,7 @@ static int container(Scan *s, size_t start, int kind) {
 
 static inline int push_reference(Scan *s, const Value *v) {
     if (mutable(v))
-        s->nodes.items[v->node].frozen = 1;  /* referenced twice now: its weight is final */
+        s->nodes.items[v->node].kind |= FROZEN;  /* referenced twice now: its weight is final */
     Value copy = *v;  /* v may live in the stack that grows */
     Value *top = slot(s, &s->stack);
     if (top == NULL)
@@ -268,203 +281,231 @@ static int text_index(Scan *s, size_t pos, size_t len, int op, uint64_t *index) 
     return 0;
 }
 
-/* Runs the opcodes: 0 at STOP or a global, -1 with s->why set (or a Python error: why -1). */
+/* Runs the opcodes: 0 at STOP or a global, -1 with s->why set (or a Python error: why -1).
+ * Each opcode's code ends by jumping to the next one's through the table (GCC's and clang's
+ * labels as values): a jump of its own per opcode is predicted far better than one switch's. */
+#define NEXT()                                                                                     \
+    do {                                                                                           \
+        s->at = pos;                                                                               \
+        if (pos >= s->size)                                                                        \
+            return stop(s, TRUNCATED, 1);                                                          \
+        op = s->data[pos++];                                                                       \
+        goto *code[op];                                                                            \
+    } while (0)
+
 static int run(Scan *s) {
-    size_t pos = 0;
-    for (;;) {
-        s->at = pos;
-        if (pos >= s->size)
-            return stop(s, TRUNCATED, 1);
-        int op = s->data[pos++];
-        size_t len, start;
-        uint64_t count, index;
-        int width;
-        Value *t;
-        switch (op) {
-        case '.':  /* STOP */
-            return need(s, 1, op);
-        case 'c': case 'i': case 0x82: case 0x83: case 0x84: case 0x93:
-            return 0;  /* GLOBAL, INST, EXT1/2/4, STACK_GLOBAL: the unpickler refuses them */
-        case 'R': case 'b': case 'P': case 'Q': case 'o': case 0x81: case 0x92: case 0x97:
-        case 0x98:
-            return stop(s, NOT_DATA, (uint64_t)op);
-        case 'h':  /* BINGET */
-            if (have(s, pos, 1) < 0 || get(s, s->data[pos]) < 0)
-                return -1;
-            pos += 1;
-            break;
-        case 'j':  /* LONG_BINGET */
-            if (have(s, pos, 4) < 0 || get(s, little(s->data + pos, 4)) < 0)
-                return -1;
-            pos += 4;
-            break;
-        case 0x94:  /* MEMOIZE */
-            if (put(s, s->memo.len, op) < 0)
-                return -1;
-            break;
-        case 'q':  /* BINPUT */
-            if (have(s, pos, 1) < 0 || put(s, s->data[pos], op) < 0)
-                return -1;
-            pos += 1;
-            break;
-        case 'r':  /* LONG_BINPUT */
-            if (have(s, pos, 4) < 0 || put(s, little(s->data + pos, 4), op) < 0)
-                return -1;
-            pos += 4;
-            break;
-        case '(':  /* MARK */
-            if (s->nmarks == s->capmarks &&
-                grow(s, (void **)&s->marks, &s->capmarks, s->nmarks + 1, sizeof(size_t)) < 0)
-                return -1;
-            s->marks[s->nmarks++] = s->stack.len;
-            break;
-        case 'K': case 'M': case 'J':  /* BININT1, BININT2, BININT */
-            width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
-            if (have(s, pos, (uint64_t)width) < 0 || scalar(s, (uint64_t)width, KEY) < 0)
-                return -1;
-            pos += (size_t)width;
-            break;
-        case 'N': case 0x88: case 0x89:  /* NONE, NEWTRUE, NEWFALSE */
-            if (scalar(s, 0, KEY) < 0)
-                return -1;
-            break;
-        case 0x8c: case 'U': case 'C': case 'X': case 'T': case 'B': case 0x8d: case 0x8e:
-        case 0x96:
-            /* SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES, BINUNICODE, BINSTRING,
-             * BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8: a length, then as many bytes */
-            width = (op == 0x8c || op == 'U' || op == 'C') ? 1
-                    : (op == 'X' || op == 'T' || op == 'B') ? 4 : 8;
-            if (have(s, pos, (uint64_t)width) < 0)
-                return -1;
-            count = little(s->data + pos, width);
-            if (op == 'T' && count >= 0x80000000u)
-                return stop(s, OPCODE, (uint64_t)op);  /* BINSTRING's length is signed */
-            if (have(s, pos + (size_t)width, count) < 0 ||
-                scalar(s, count, op == 0x96 ? SCALAR : KEY) < 0)
-                return -1;
-            pos += (size_t)width + (size_t)count;
-            break;
-        case 0x8a: case 0x8b:  /* LONG1, LONG4: a length, then the int's bytes */
-            width = op == 0x8a ? 1 : 4;
-            if (have(s, pos, (uint64_t)width) < 0)
-                return -1;
-            count = little(s->data + pos, width);
-            if (op == 0x8b && count >= 0x80000000u)
-                return stop(s, OPCODE, (uint64_t)op);
-            if (have(s, pos + (size_t)width, count) < 0 ||
-                scalar(s, count, count <= 7 ? KEY : SCALAR) < 0)
-                return -1;
-            pos += (size_t)width + (size_t)count;
-            break;
-        case 'G':  /* BINFLOAT */
-            if (have(s, pos, 8) < 0 || scalar(s, 0, SCALAR) < 0)
-                return -1;
-            pos += 8;
-            break;
-        case ']': case '}': case 0x8f:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
-            if (push_new(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
-                return -1;
-            break;
-        case ')':  /* EMPTY_TUPLE */
-            if (push_new(s, TUPLE) < 0)
-                return -1;
-            break;
-        case 0x85: case 0x86: case 0x87:  /* TUPLE1, TUPLE2, TUPLE3 */
-            if (need(s, (size_t)(op - 0x84), op) < 0 ||
-                container(s, s->stack.len - (size_t)(op - 0x84), TUPLE) < 0)
-                return -1;
-            break;
-        case 't': case 'l':  /* TUPLE, LIST */
-            if (pop_mark(s, op, &start) < 0 || container(s, start, op == 't' ? TUPLE : LIST) < 0)
-                return -1;
-            break;
-        case 'd': case 0x91:  /* DICT, FROZENSET */
-            if (pop_mark(s, op, &start) < 0 ||
-                keys(s, s->stack.items + start, s->stack.len - start, op, op == 'd') < 0 ||
-                container(s, start, op == 'd' ? DICT : FROZENSET) < 0)
-                return -1;
-            break;
-        case 'a':  /* APPEND */
-            if (need(s, 2, op) < 0 || (t = target(s, s->stack.len - 2, LIST, op)) == NULL ||
-                add(s, t, s->stack.items + s->stack.len - 1, 1) < 0)
-                return -1;
-            s->stack.len -= 1;
-            break;
-        case 's':  /* SETITEM */
-            if (need(s, 3, op) < 0 || (t = target(s, s->stack.len - 3, DICT, op)) == NULL ||
-                keys(s, s->stack.items + s->stack.len - 2, 2, op, 1) < 0 ||
-                add(s, t, s->stack.items + s->stack.len - 2, 2) < 0)
-                return -1;
-            s->stack.len -= 2;
-            break;
-        case 'e': case 'u': case 0x90:  /* APPENDS, SETITEMS, ADDITEMS */
-            if (pop_mark(s, op, &start) < 0)
-                return -1;
-            if (start == 0) {  /* no container below the items */
-                stop(s, STACK, (uint64_t)op);
-                return -1;
-            }
-            t = target(s, start - 1, op == 'e' ? LIST : op == 'u' ? DICT : SET, op);
-            if (t == NULL ||
-                (op != 'e' && keys(s, s->stack.items + start, s->stack.len - start, op,
-                                   op == 'u') < 0) ||
-                add(s, t, s->stack.items + start, s->stack.len - start) < 0)
-                return -1;
-            s->stack.len = start;
-            break;
-        case '0':  /* POP: the item on top, or a mark with nothing above it */
-            if (s->nmarks && s->marks[s->nmarks - 1] == s->stack.len) {
-                s->nmarks--;
-            } else {
-                if (need(s, 1, op) < 0)
-                    return -1;
-                s->stack.len -= 1;
-            }
-            break;
-        case '1':  /* POP_MARK */
-            if (pop_mark(s, op, &start) < 0)
-                return -1;
-            s->stack.len = start;
-            break;
-        case '2':  /* DUP */
-            if (need(s, 1, op) < 0 || push_reference(s, &s->stack.items[s->stack.len - 1]) < 0)
-                return -1;
-            break;
-        case 0x95:  /* FRAME: how many bytes the next opcodes take */
-            if (have(s, pos, 8) < 0 || have(s, pos + 8, little(s->data + pos, 8)) < 0)
-                return -1;
-            pos += 8;
-            break;
-        case 0x80:  /* PROTO */
-            if (have(s, pos, 1) < 0)
-                return -1;
-            if (s->data[pos] > 5)
-                return stop(s, OPCODE, s->data[pos]);
-            pos += 1;
-            break;
-        case 'g': case 'p':  /* GET, PUT: a decimal index on a line */
-            if (line(s, pos, &len) < 0 || text_index(s, pos, len, op, &index) < 0 ||
-                (op == 'g' ? get(s, index) : put(s, index, op)) < 0)
-                return -1;
-            pos += len + 1;
-            break;
-        case 'I': case 'L':  /* INT, LONG: a decimal number on a line ("01" is True) */
-            if (line(s, pos, &len) < 0)
-                return -1;
-            count = len - (op == 'L' && len && s->data[pos + len - 1] == 'L');
-            if (scalar(s, count, count <= SHORT_DIGITS ? KEY : SCALAR) < 0)
-                return -1;
-            pos += len + 1;
-            break;
-        case 'F': case 'S': case 'V':  /* FLOAT, STRING, UNICODE: the value on a line */
-            if (line(s, pos, &len) < 0 || scalar(s, op == 'F' ? 0 : len, op == 'F' ? SCALAR : KEY) < 0)
-                return -1;
-            pos += len + 1;
-            break;
-        default:
-            return stop(s, OPCODE, (uint64_t)op);
-        }
+    static const void *const code[256] = {
+        [0 ... 255] = &&no_opcode,
+        ['.'] = &&stop_op,
+        ['c'] = &&global, ['i'] = &&global, [0x82] = &&global, [0x83] = &&global,
+        [0x84] = &&global, [0x93] = &&global,
+        ['R'] = &&not_data, ['b'] = &&not_data, ['P'] = &&not_data, ['Q'] = &&not_data,
+        ['o'] = &&not_data, [0x81] = &&not_data, [0x92] = &&not_data, [0x97] = &&not_data,
+        [0x98] = &&not_data,
+        ['h'] = &&binget, ['j'] = &&long_binget, [0x94] = &&memoize, ['q'] = &&binput,
+        ['r'] = &&long_binput, ['('] = &&mark,
+        ['K'] = &&binint, ['M'] = &&binint, ['J'] = &&binint,
+        ['N'] = &&constant, [0x88] = &&constant, [0x89] = &&constant,
+        [0x8c] = &&counted, ['U'] = &&counted, ['C'] = &&counted, ['X'] = &&counted,
+        ['T'] = &&counted, ['B'] = &&counted, [0x8d] = &&counted, [0x8e] = &&counted,
+        [0x96] = &&counted,
+        [0x8a] = &&long_n, [0x8b] = &&long_n,
+        ['G'] = &&binfloat,
+        [']'] = &&empty, ['}'] = &&empty, [0x8f] = &&empty, [')'] = &&empty_tuple,
+        [0x85] = &&tuple_n, [0x86] = &&tuple_n, [0x87] = &&tuple_n,
+        ['t'] = &&from_mark, ['l'] = &&from_mark, ['d'] = &&keyed_from_mark,
+        [0x91] = &&keyed_from_mark,
+        ['a'] = &&append_op, ['s'] = &&setitem, ['e'] = &&extend, ['u'] = &&extend,
+        [0x90] = &&extend,
+        ['0'] = &&pop, ['1'] = &&pop_mark_op, ['2'] = &&dup, [0x95] = &&frame, [0x80] = &&proto,
+        ['g'] = &&text_memo, ['p'] = &&text_memo, ['I'] = &&text_int, ['L'] = &&text_int,
+        ['F'] = &&text_value, ['S'] = &&text_value, ['V'] = &&text_value,
+    };
+    size_t pos = 0, len, start;
+    uint64_t count, index;
+    int op, width;
+    Value *t;
+    NEXT();
+stop_op:  /* STOP */
+    return need(s, 1, op);
+global:  /* GLOBAL, INST, EXT1/2/4, STACK_GLOBAL: the unpickler refuses them */
+    return 0;
+not_data:  /* REDUCE, BUILD, PERSID, BINPERSID, OBJ, NEWOBJ, NEWOBJ_EX, NEXT_BUFFER, READONLY_BUFFER */
+    return stop(s, NOT_DATA, (uint64_t)op);
+no_opcode:
+    return stop(s, OPCODE, (uint64_t)op);
+binget:
+    if (have(s, pos, 1) < 0 || get(s, s->data[pos]) < 0)
+        return -1;
+    pos += 1;
+    NEXT();
+long_binget:
+    if (have(s, pos, 4) < 0 || get(s, little(s->data + pos, 4)) < 0)
+        return -1;
+    pos += 4;
+    NEXT();
+memoize:
+    if (put(s, s->memo.len, op) < 0)
+        return -1;
+    NEXT();
+binput:
+    if (have(s, pos, 1) < 0 || put(s, s->data[pos], op) < 0)
+        return -1;
+    pos += 1;
+    NEXT();
+long_binput:
+    if (have(s, pos, 4) < 0 || put(s, little(s->data + pos, 4), op) < 0)
+        return -1;
+    pos += 4;
+    NEXT();
+mark:
+    if (s->nmarks == s->capmarks &&
+        grow(s, (void **)&s->marks, &s->capmarks, s->nmarks + 1, sizeof(size_t)) < 0)
+        return -1;
+    s->marks[s->nmarks++] = s->stack.len;
+    NEXT();
+binint:  /* BININT1, BININT2, BININT */
+    width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
+    if (have(s, pos, (uint64_t)width) < 0 || scalar(s, (uint64_t)width, KEY) < 0)
+        return -1;
+    pos += (size_t)width;
+    NEXT();
+constant:  /* NONE, NEWTRUE, NEWFALSE */
+    if (scalar(s, 0, KEY) < 0)
+        return -1;
+    NEXT();
+counted:
+    /* SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES, BINUNICODE, BINSTRING, BINBYTES,
+     * BINUNICODE8, BINBYTES8, BYTEARRAY8: a length, then as many bytes */
+    width = (op == 0x8c || op == 'U' || op == 'C') ? 1 : (op == 'X' || op == 'T' || op == 'B') ? 4 : 8;
+    if (have(s, pos, (uint64_t)width) < 0)
+        return -1;
+    count = little(s->data + pos, width);
+    if (op == 'T' && count >= 0x80000000u)
+        return stop(s, OPCODE, (uint64_t)op);  /* BINSTRING's length is signed */
+    if (have(s, pos + (size_t)width, count) < 0 || scalar(s, count, op == 0x96 ? SCALAR : KEY) < 0)
+        return -1;
+    pos += (size_t)width + (size_t)count;
+    NEXT();
+long_n:  /* LONG1, LONG4: a length, then the int's bytes */
+    width = op == 0x8a ? 1 : 4;
+    if (have(s, pos, (uint64_t)width) < 0)
+        return -1;
+    count = little(s->data + pos, width);
+    if (op == 0x8b && count >= 0x80000000u)
+        return stop(s, OPCODE, (uint64_t)op);
+    if (have(s, pos + (size_t)width, count) < 0)
+        return -1;
+    if (count > LONG_BYTES)
+        return stop(s, NUMBER, count);
+    if (scalar(s, count, count <= 7 ? KEY : SCALAR) < 0)
+        return -1;
+    pos += (size_t)width + (size_t)count;
+    NEXT();
+binfloat:
+    if (have(s, pos, 8) < 0 || scalar(s, 0, SCALAR) < 0)
+        return -1;
+    pos += 8;
+    NEXT();
+empty:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
+    if (push_new(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
+        return -1;
+    NEXT();
+empty_tuple:
+    if (push_new(s, TUPLE) < 0)
+        return -1;
+    NEXT();
+tuple_n:  /* TUPLE1, TUPLE2, TUPLE3 */
+    if (need(s, (size_t)(op - 0x84), op) < 0 ||
+        container(s, s->stack.len - (size_t)(op - 0x84), TUPLE) < 0)
+        return -1;
+    NEXT();
+from_mark:  /* TUPLE, LIST */
+    if (pop_mark(s, op, &start) < 0 || container(s, start, op == 't' ? TUPLE : LIST) < 0)
+        return -1;
+    NEXT();
+keyed_from_mark:  /* DICT, FROZENSET */
+    if (pop_mark(s, op, &start) < 0 ||
+        keys(s, s->stack.items + start, s->stack.len - start, op, op == 'd') < 0 ||
+        container(s, start, op == 'd' ? DICT : FROZENSET) < 0)
+        return -1;
+    NEXT();
+append_op:
+    if (need(s, 2, op) < 0 || (t = target(s, s->stack.len - 2, LIST, op)) == NULL ||
+        add(s, t, s->stack.items + s->stack.len - 1, 1) < 0)
+        return -1;
+    s->stack.len -= 1;
+    NEXT();
+setitem:
+    if (need(s, 3, op) < 0 || (t = target(s, s->stack.len - 3, DICT, op)) == NULL ||
+        keys(s, s->stack.items + s->stack.len - 2, 2, op, 1) < 0 ||
+        add(s, t, s->stack.items + s->stack.len - 2, 2) < 0)
+        return -1;
+    s->stack.len -= 2;
+    NEXT();
+extend:  /* APPENDS, SETITEMS, ADDITEMS */
+    if (pop_mark(s, op, &start) < 0)
+        return -1;
+    if (start == 0)  /* no container below the items */
+        return stop(s, STACK, (uint64_t)op);
+    t = target(s, start - 1, op == 'e' ? LIST : op == 'u' ? DICT : SET, op);
+    if (t == NULL ||
+        (op != 'e' && keys(s, s->stack.items + start, s->stack.len - start, op, op == 'u') < 0) ||
+        add(s, t, s->stack.items + start, s->stack.len - start) < 0)
+        return -1;
+    s->stack.len = start;
+    NEXT();
+pop:  /* the item on top, or a mark with nothing above it */
+    if (s->nmarks && s->marks[s->nmarks - 1] == s->stack.len) {
+        s->nmarks--;
+    } else {
+        if (need(s, 1, op) < 0)
+            return -1;
+        s->stack.len -= 1;
     }
+    NEXT();
+pop_mark_op:
+    if (pop_mark(s, op, &start) < 0)
+        return -1;
+    s->stack.len = start;
+    NEXT();
+dup:
+    if (need(s, 1, op) < 0 || push_reference(s, &s->stack.items[s->stack.len - 1]) < 0)
+        return -1;
+    NEXT();
+frame:  /* how many bytes the next opcodes take */
+    if (have(s, pos, 8) < 0 || have(s, pos + 8, little(s->data + pos, 8)) < 0)
+        return -1;
+    pos += 8;
+    NEXT();
+proto:
+    if (have(s, pos, 1) < 0)
+        return -1;
+    if (s->data[pos] > 5)
+        return stop(s, OPCODE, s->data[pos]);
+    pos += 1;
+    NEXT();
+text_memo:  /* GET, PUT: a decimal index on a line */
+    if (line(s, pos, &len) < 0 || text_index(s, pos, len, op, &index) < 0 ||
+        (op == 'g' ? get(s, index) : put(s, index, op)) < 0)
+        return -1;
+    pos += len + 1;
+    NEXT();
+text_int:  /* INT, LONG: a decimal number on a line ("01" is True) */
+    if (line(s, pos, &len) < 0)
+        return -1;
+    count = len - (op == 'L' && len && s->data[pos + len - 1] == 'L');
+    if (count > LONG_DIGITS)
+        return stop(s, NUMBER, count);
+    if (scalar(s, count, count <= SHORT_DIGITS ? KEY : SCALAR) < 0)
+        return -1;
+    pos += len + 1;
+    NEXT();
+text_value:  /* FLOAT, STRING, UNICODE: the value on a line */
+    if (line(s, pos, &len) < 0 || scalar(s, op == 'F' ? 0 : len, op == 'F' ? SCALAR : KEY) < 0)
+        return -1;
+    pos += len + 1;
+    NEXT();
 }
 
 /* The arrays of the last scan, kept for the next: a dump's memo and nodes are a few hundred KB,

@@ -49,6 +49,7 @@ class Stop(IntEnum):
     OBJECTS = 8  # over max_objects: number = the bound
     BYTES = 9  # over max_bytes: number = the bound
     DEPTH = 10  # over max_depth: number = the bound
+    NUMBER = 11  # an int longer than any torch writes (8 bytes, 20 digits): number = its length
 
 
 class _Stopped(Exception):
@@ -60,6 +61,8 @@ class _Stopped(Exception):
 _NOT_DATA = frozenset(b"RbPQo\x81\x92\x97\x98")
 _GLOBALS = frozenset(b"ci\x82\x83\x84\x93")  # the restricted unpickler refuses each of them
 _SHORT_DIGITS = 18  # an int of at most this many characters hashes to itself: no collisions
+# torch writes int64: longer ones are refused, as Python cannot print one of over 4300 digits
+_LONG_BYTES, _LONG_DIGITS = 8, 20
 
 
 def scan_python(
@@ -142,6 +145,8 @@ class _Scanner:
         self.stack.append(self.new(1, nbytes, 0, kind))
 
     def number(self, text: bytes) -> None:
+        if len(text) > _LONG_DIGITS:
+            raise _Stopped(Stop.NUMBER, len(text))
         self.scalar(len(text), KEY if len(text) <= _SHORT_DIGITS else SCALAR)
 
     def container(self, items: list[list[int]], kind: int) -> list[int]:
@@ -257,6 +262,8 @@ class _Scanner:
             if count < 0:
                 raise _Stopped(Stop.OPCODE, op)
             end = self.skip(pos + width, count)
+            if count > _LONG_BYTES:
+                raise _Stopped(Stop.NUMBER, count)
             self.scalar(count, KEY if count <= 7 else SCALAR)
             return end
         if op == 0x47:  # BINFLOAT
