@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from nccldoctor.facts.serde import from_dict
+from nccldoctor.jsondoc import parse
+
 
 @dataclass(frozen=True)
 class WorkerPhase:
@@ -190,9 +193,16 @@ class World:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> World:
-        data = json.loads(text)
-        data["nodes"] = [WorldNode(**n) for n in data["nodes"]]
-        return cls(**data)
+        """The world the master published; anyone who knows the run id may write the key.
+
+        Raises:
+            ValueError: not JSON, or not a world (a field missing, null or of the wrong type).
+        """
+        data = parse(text.decode(errors="replace") if isinstance(text, bytes) else text)
+        try:
+            return from_dict(cls, data, strict=True)
+        except TypeError as exc:
+            raise ValueError(f"not a world: {exc}") from None
 
 
 def given_name(world_name: str) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -84,6 +85,10 @@ def _convert(tp: Any, value: Any, strict: bool = False) -> Any:
             if f.name in value and f.init
         }
         return tp(**kwargs)
+    if tp is Path:  # written as its text
+        if not isinstance(value, str):
+            raise TypeError(f"expected a path, got {type(value).__name__}")
+        return Path(value)
     if tp in _SCALARS and not _is_scalar(tp, value):
         raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")
     return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from checks import run_checks
 from checks.signatures import category_of
 from nccldoctor.cluster.agent.rendezvous import plan_world
@@ -42,6 +44,29 @@ def test_plan_world_keeps_requested_ranks_and_fills_in_join_order():
         (0, "a", 0), (1, "c", 2), (2, "b", 3)]  # fmt: skip
     assert world.world_size == 4 and world.backend == "gloo" and world.abort is None
     assert World.from_json(world.to_json()) == world
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "Expecting value"),
+        ("[]", "expected an object for World"),
+        ('{"run_id": "r", "backend": "gloo", "nodes": null, "expected": 2}', "expected list"),
+        (
+            '{"run_id": "r", "backend": "gloo", "nodes": [{"node_rank": "0"}], "expected": 2}',
+            "expected int, got str",
+        ),
+        (
+            '{"run_id": "r", "backend": "gloo", "nodes": [], "expected": true}',
+            "expected int, got bool",
+        ),
+        ('{"run_id": "r", "nodes": []}', "missing 2 required"),
+    ],
+)
+def test_a_world_written_in_the_masters_place_is_refused_with_why(text, why):
+    """Anyone who knows the run id can write the world key (docs/design.md#gate)."""
+    with pytest.raises(ValueError, match=why):
+        World.from_json(text)
 
 
 def test_plan_world_names_missing_ranks_and_clashes():

@@ -3,6 +3,7 @@ abstract Unix sockets: hello, hand-over, done, verdict, and every way the other 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nccldoctor.cluster.agent.launcher import WorkerSpec
 from nccldoctor.cluster.agent.local import (
     VANISHED,
     FollowerProcess,
@@ -20,6 +22,7 @@ from nccldoctor.cluster.agent.local import (
     LocalError,
     address,
 )
+from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.lab.start import free_port_pair
 
 
@@ -142,3 +145,31 @@ def test_a_silent_leader_ends_the_wait_at_its_deadline_or_at_a_stop_signal(port)
         assert heard.lost == "stopped by SIGTERM while waiting for local rank 0"
     finally:
         leader.close()
+
+
+SPEC = WorkerSpec(
+    run_id="5ca1ab1e0000", backend="nccl", master="198.18.0.1", port=29400, node_rank=1,
+    rank_offset=8, local_world=8, world_size=16, interface="eth1", timeouts=Timeouts(barrier=4),
+    mnist_root=None, node="gpu-b", out=Path("/var/tmp/check/gpu-b/5ca1ab1e0000"),
+)  # fmt: skip
+
+
+def test_the_worker_spec_reads_back_as_handed_over():
+    assert WorkerSpec.from_dict(json.loads(json.dumps(SPEC.to_dict())), SPEC.timeouts) == SPEC
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("world_size", "16", "expected int, got str"),
+        ("port", True, "expected int, got bool"),
+        ("node", None, "expected str, got null"),
+        ("interface", 1, "expected str, got int"),
+        ("out", ["/tmp"], "expected a path, got list"),
+        ("timeouts", {}, "keys"),  # the follower's own, never handed over
+    ],
+)
+def test_a_bad_worker_spec_is_refused_with_why(key, value, why):
+    """A spec that is not what local rank 0 writes never reaches the launcher."""
+    with pytest.raises(ValueError, match=why):
+        WorkerSpec.from_dict({**SPEC.to_dict(), key: value}, SPEC.timeouts)

@@ -37,6 +37,7 @@ from nccldoctor.cluster.torchstart import quiet_omp
 from nccldoctor.cluster.worker.config import WorkerConfig, WorkerTimeouts
 from nccldoctor.cluster.worker.workerwatch import STOP_SIGNALS
 from nccldoctor.debugenv import debug_env
+from nccldoctor.facts.serde import from_dict, to_dict
 
 
 @dataclass
@@ -65,12 +66,17 @@ class WorkerSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object], timeouts: Timeouts) -> WorkerSpec:
-        """Raises: ValueError (a key missing or unknown, the folder not a path)."""
+        """The spec local rank 0 handed over, every value of its field's type, run under
+        ``timeouts``.
+
+        Raises:
+            ValueError: a key missing or unknown, a value null or of the wrong type.
+        """
         names = {f.name for f in dataclasses.fields(cls)} - {"timeouts"}
         if set(data) != names:
             raise ValueError(f"worker spec: keys {sorted(data)}, expected {sorted(names)}")
         try:
-            return cls(**{**data, "out": Path(str(data["out"]))}, timeouts=timeouts)  # type: ignore[arg-type]
+            return from_dict(cls, {**data, "timeouts": to_dict(timeouts)}, strict=True)
         except TypeError as exc:
             raise ValueError(f"worker spec: {exc}") from None
 

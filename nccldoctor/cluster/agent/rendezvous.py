@@ -228,9 +228,13 @@ def unique_names(names: dict[int, str]) -> dict[int, str]:
 def wait_world(store: Any, keys: Keys, timeout_s: float) -> World:
     try:
         store.wait([keys.world], timedelta(seconds=max(0.1, timeout_s)))
-        return World.from_json(store.get(keys.world))
+        raw = store.get(keys.world)
     except Exception as exc:
         raise RendezvousError(f"the master never published the world: {exc}") from exc
+    try:
+        return World.from_json(raw)
+    except ValueError as exc:  # written in the master's place: nothing to run in
+        raise RendezvousError(f"the world in the master's store is none: {exc}") from None
 
 
 def set_phase(store: Any, keys: Keys, node_rank: int, phase: str) -> None:
