@@ -256,3 +256,52 @@ def test_a_thread_that_cannot_start_turns_the_client_away_and_the_loop_goes_on(s
     monkeypatch.setattr(threading.Thread, "start", start)
     assert ask(server, {"op": "whoami", "token": "secret"})["busy"] is True
     assert failed and hello(server).ok
+
+
+@pytest.fixture
+def stranger():
+    """Something else listening where the gate should be: it answers every line with its own."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    answers: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                wire.read_line(conn, time.monotonic() + 5)
+                conn.sendall(answers[0] + b"\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], answers
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"[]", b'"go"', b"[" * 5000, b'{"go": "yes"}', b'{"ok": true, "run_id": 5, "t": 1.0}',
+     b'{"ok": true, "run_id": "r1", "t": null}', b'{"busy": 1}', b'{"ok": true}'],
+)  # fmt: skip
+def test_an_answer_that_is_not_the_gates_is_no_answer_never_a_crash(stranger, answer):
+    port, answers = stranger
+    answers.append(answer)
+    reply = knock.say_hello("127.0.0.1", port, "b", "127.0.0.1", "t", time.monotonic() + 0.5)
+    assert not reply.ok and reply.error
+    gbps, error = knock.measure_tcp("127.0.0.1", port, "b", "t", 0.1, time.monotonic() + 1)
+    assert gbps is None and error
+    try:  # an object of the answer's shape is read as what it says; anything else is no answer
+        said: bool | None = wire.Answer.from_line(answer).ok
+    except ValueError:
+        said = None
+    assert knock.probe_ports("127.0.0.1", port, port, "b", "t", 0.5).from_master_ok is said
+
+
+def test_the_gates_answers_read_back_as_it_wrote_them():
+    assert wire.Answer.from_line(json.dumps(wire_busy := gate.BUSY).encode()) == wire.Answer(
+        busy=True, error=wire_busy["error"]
+    )
+    assert wire.Answer.from_line(b"") == wire.Answer()  # the peer closed: no answer

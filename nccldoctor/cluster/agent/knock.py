@@ -4,13 +4,20 @@ why it stops, the port probe both ways and its turn at the throughput probe. A b
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 
 from nccldoctor.cluster.agent import tcpprobe
 from nccldoctor.cluster.agent.gate import dial
-from nccldoctor.cluster.agent.wire import IO_TIMEOUT, RETRY_S, left, read_line, request, send
+from nccldoctor.cluster.agent.wire import (
+    IO_TIMEOUT,
+    RETRY_S,
+    Answer,
+    left,
+    read_line,
+    request,
+    send,
+)
 from nccldoctor.facts.run import HelloReply, PortProbe
 
 
@@ -29,18 +36,20 @@ def say_hello(
                 deadline,
             )
             t1 = time.time()
-            if not reply.get("ok"):
-                return HelloReply(False, advertised, error=str(reply.get("error")), refused=True)
+            if not reply.ok:
+                return HelloReply(False, advertised, error=reply.error, refused=True)
+            if not reply.run_id or reply.t is None:
+                raise ValueError("the gate's hello answer holds no run id or no clock")
             return HelloReply(
                 True,
                 advertised,
-                run_id=str(reply["run_id"]),
-                seen=str(reply.get("seen", "")),
-                skew_s=float(reply["t"]) - (t0 + t1) / 2,
+                run_id=reply.run_id,
+                seen=reply.seen,
+                skew_s=reply.t - (t0 + t1) / 2,
                 rtt_s=t1 - t0,
-                probe_port=int(reply.get("probe_port") or 0),
+                probe_port=reply.probe_port,
             )
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() + RETRY_S >= deadline:
             return HelloReply(False, advertised, error=last)
@@ -57,8 +66,8 @@ def whose_gate(
         try:
             message = {"op": "whoami", "node": node, "token": token or ""}
             reply = request(master, port, message, deadline)
-            return (str(reply["nonce"]), "") if reply.get("ok") else ("", str(reply.get("error")))
-        except (OSError, ValueError, KeyError) as exc:
+            return (reply.nonce, "") if reply.ok else ("", reply.error)
+        except (OSError, ValueError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() + 0.5 >= deadline:
             return None, last
@@ -89,8 +98,8 @@ def probe_ports(
         back_ok: bool | None
         try:
             back = request(master, gate_port, message, deadline, retry_busy=True)
-            back_ok = None if back.get("refused") else bool(back.get("ok"))
-            back_error, seen = str(back.get("error") or ""), str(back.get("address") or "?")
+            back_ok = None if back.refused else back.ok
+            back_error, seen = back.error, back.address or "?"
         except (OSError, ValueError) as exc:
             back_ok, back_error, seen = None, f"{type(exc).__name__}: {exc}", "?"
     return PortProbe(f"{master}:{probe_port}", ok, error, f"{seen}:{port}", back_ok, back_error,
@@ -106,17 +115,19 @@ def measure_tcp(
         while True:
             with socket.create_connection((master, port), timeout=left(deadline)) as conn:
                 send(conn, message)
-                answer = json.loads(read_line(conn, deadline) or b"{}")
-                if answer.get("busy") and time.monotonic() + RETRY_S < deadline:
+                answer = Answer.from_line(read_line(conn, deadline))
+                if answer.busy and time.monotonic() + RETRY_S < deadline:
                     time.sleep(RETRY_S)
                     continue
-                if not answer.get("go"):
-                    why = answer.get("error") or "no answer"
+                if not answer.go:
+                    why = answer.error or "no answer"
                     return None, f"the master did not start the throughput probe: {why}"
                 conn.settimeout(IO_TIMEOUT)
                 tcpprobe.run_isolated("source", conn, seconds)
                 conn.shutdown(socket.SHUT_WR)
-                result = json.loads(read_line(conn, time.monotonic() + IO_TIMEOUT) or b"{}")
-                return tcpprobe.gbps(int(result["bytes"]), float(result["seconds"])), ""
-    except (OSError, ValueError, KeyError) as exc:
+                result = Answer.from_line(read_line(conn, time.monotonic() + IO_TIMEOUT))
+                if result.bytes is None or result.seconds is None:
+                    raise ValueError("the gate's answer holds no measure")
+                return tcpprobe.gbps(result.bytes, result.seconds), ""
+    except (OSError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {exc}"

@@ -2,7 +2,8 @@
 
 The master's gate reads what anyone who reaches its port sends (docs/design.md#gate), and its
 clients read the gate's answers, with the same bounds: a line of at most ``MAX_LINE`` bytes
-that arrives whole before its deadline.
+that arrives whole before its deadline. A client reads an answer as an :class:`Answer`, every
+field of its type, or not at all.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import json
 import socket
 import time
+from dataclasses import dataclass
+
+from nccldoctor.facts.serde import from_dict
 
 MAX_LINE = 16 * 1024  # a hello is ~200 bytes; a note quotes one error, cut to gate.NOTE_CHARS
 IO_TIMEOUT = 5.0
@@ -21,6 +25,44 @@ RETRY_S = 0.1
 
 class GateBusy(OSError):
     """The gate served as many connections as it may; retrying soon will be answered."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer of the gate (gate.py writes them); each request's answer sets its own fields,
+    the others keep their defaults."""
+
+    ok: bool = False
+    busy: bool = False  # every slot is taken: ask again soon
+    refused: bool = False  # the request asked more than the run's budget allows
+    go: bool = False  # a throughput probe may start streaming
+    error: str = ""
+    run_id: str = ""  # hello: the run this node joins
+    seen: str = ""  # hello: the address the master sees this node at
+    t: float | None = None  # hello: the master's clock
+    probe_port: int = 0  # hello: the master's listener on an ephemeral port
+    nonce: str = ""  # whoami: which gate answered
+    address: str = ""  # dial: the address the master dialled back
+    bytes: int | None = None  # tcp: what the sink received
+    seconds: float | None = None  # tcp: in how long
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Answer:
+        """The answer ``line`` holds (an empty line: none, all defaults).
+
+        Raises:
+            ValueError: not JSON, not an object, or a field null or of the wrong type.
+        """
+        try:
+            data = json.loads(line or b"{}")
+        except RecursionError:
+            raise ValueError("the answer nests too deep") from None
+        if not isinstance(data, dict):
+            raise ValueError("the answer is not a JSON object")
+        try:
+            return from_dict(cls, data, strict=True)
+        except TypeError as exc:
+            raise ValueError(f"not an answer of the gate: {exc}") from None
 
 
 def read_line(conn: socket.socket, deadline: float, limit: int = MAX_LINE) -> bytes:
@@ -60,7 +102,7 @@ def request_line(line: bytes) -> dict | None:
 
 def request(
     master: str, port: int, message: dict, deadline: float, retry_busy: bool = False
-) -> dict:
+) -> Answer:
     """One request and its answer.
 
     Raises:
@@ -74,13 +116,11 @@ def request(
             line = read_line(c, max(deadline, time.monotonic() + IO_TIMEOUT))
         if not line:
             raise ConnectionError("the gate closed the connection without an answer")
-        reply = json.loads(line)
-        if not isinstance(reply, dict):
-            raise ValueError("the answer is not a JSON object")
-        if not reply.get("busy"):
+        reply = Answer.from_line(line)
+        if not reply.busy:
             return reply
         if not retry_busy or time.monotonic() + RETRY_S >= deadline:
-            raise GateBusy(str(reply.get("error")))
+            raise GateBusy(reply.error)
         time.sleep(RETRY_S)
 
 
