@@ -100,6 +100,12 @@ EXAMPLES = {
         "TUNER/Plugin: Using internal tuner plugin.",
     ],
     "network": ["Using network IB", "Using network AWS Libfabric"],
+    "ofi_devices": [
+        "NET/OFI Selected Provider is efa",  # aws-ofi-nccl 1.0–1.6 (aws-samples/aws-efa-eks)
+        "NET/OFI Forcing AWS OFI ndev 4",
+        "NET/OFI Selected Provider is efa (found 4 nics)",  # 1.7–1.20's format
+        "NET/OFI Selected provider is efa, fabric is efa-direct (found 32 nics)",  # 1.21's
+    ],
     "ib_devices": [
         "NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168.11.1<0>",  # 2.4–2.11 (NVIDIA/nccl#262)
         "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_4:1/RoCE [RO]; OOB ib0:10.1.0.11<0>",

@@ -239,6 +239,14 @@ def by_index(devices: list[dict], more: list[dict]) -> list[dict]:
     return [joined[i] for i in sorted(joined)][:64]
 
 
+def ofi_devices(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
+    """The OFI plugin's provider and its NICs: the plugin initialised, so it is the network."""
+    found = {"name": "OFI", "provider": m["provider"], "fabric": m["fabric"]}
+    found["nics"] = int(m["nics"] or m["ndev"]) if (m["nics"] or m["ndev"]) else None
+    p.plugin_devices.update({k: v for k, v in found.items() if v is not None})
+    _quote(p, "plugin")
+
+
 def plugin(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     p.plugins[m["what"]] = m["text"].strip()
 

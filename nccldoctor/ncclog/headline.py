@@ -45,6 +45,9 @@ def _network(logs: LogSet, transports: list[str]) -> Fact:
     failed = Counter(n for p in procs for n in p.failed_nets)
     if failed:  # a failing line of a transport: that transport carried the job
         return failed.most_common(1)[0][0], "failing lines"
+    plugins = Counter(p.plugin_devices["name"] for p in procs if p.plugin_devices)
+    if plugins:  # an external plugin that found its devices is taken before IB and Socket
+        return plugins.most_common(1)[0][0], "plugin devices"
     if any(p.ib_devices for p in procs):  # IB is tried first: Socket only runs when it fails
         return "IB", "NET/IB : Using"
     if any(p.socket_ifs for p in procs):

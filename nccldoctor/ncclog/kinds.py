@@ -180,6 +180,14 @@ KINDS: tuple[LineKind, ...] = (
        folds.network, "2.2–2.3", "v2.3.7-1:init.cu:74,77"),
     _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", folds.plugin,
        "2.4–2.32", "v2.4.8-1:init.cc:106, v2.30.7-1:plugin/net/net_v10.cc:124"),
+    # aws-ofi-nccl (NET/OFI, its own format strings: aws/aws-ofi-nccl, tag:file:line): 1.0–1.6
+    # "Selected Provider is %s", 1.7–1.20 "… (found %d nics)", 1.21 "Selected provider is %s,
+    # fabric is %s (found %d nics)"; 1.0.1–1.6 "Forcing AWS OFI ndev %d"
+    _k("ofi_devices", "NET/OFI ",
+       r"NET/OFI (?:Selected [Pp]rovider is (?P<provider>[^,(\s]+)(?:, fabric is (?P<fabric>[^(\s]+))?"
+       r"(?: \(found (?P<nics>\d+) nics\))?|Forcing AWS OFI ndev (?P<ndev>\d+))", folds.ofi_devices,
+       "2.4–2.32 (aws-ofi-nccl 1.0–1.21)", "aws-ofi-nccl v1.0.0:src/nccl_ofi_net.c:727,742(v1.0.1-aws), "
+       "v1.7.0-aws:src/nccl_ofi_net.c:1006, v1.21.1:src/nccl_ofi_net.cpp:644"),
     _k("network", "Using network ", r"Using network (?P<name>.+)", folds.network,
        "2.6–2.32", "v2.6.4-1:init.cc:120, v2.30.7-1:init.cc:486"),
     # 2.4–2.11 "NET/IB : Using%s ; OOB %s:%s", 2.12+ "NET/IB : Using%s %s; OOB" (%s: [RO] or "")

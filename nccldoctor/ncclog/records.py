@@ -154,6 +154,8 @@ class ProcessLog:
     found_ifs: list[dict[str, str]] = field(default_factory=list)
     connect_errors: dict[str, str] = field(default_factory=dict)  # target ("?": unnamed) -> error
     failed_nets: list[str] = field(default_factory=list)  # the transports failing lines are of
+    # a network plugin's own devices ("NET/OFI Selected Provider is efa (found 4 nics)")
+    plugin_devices: dict[str, Any] = field(default_factory=dict)
     quotes: dict[str, str] = field(default_factory=dict)  # a network fact -> the line it is from
     gdr_hca: dict[str, bool] = field(default_factory=dict)
     gdr_pairs: list[dict[str, Any]] = field(default_factory=list)

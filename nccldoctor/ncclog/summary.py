@@ -172,6 +172,7 @@ def _process_dict(p: ProcessLog) -> dict[str, Any]:
         if p.bootstrap
         else None,
         "failed_networks": p.failed_nets,
+        "plugin_devices": p.plugin_devices,
         "connect_errors": p.connect_errors,
         "gdr_hca": p.gdr_hca,
         "gdr_pairs": p.gdr_pairs,
