@@ -21,8 +21,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-"$python" -c 'import torch, psutil, typer, rich, jinja2' || {
-    echo "gpu-verify: $python lacks one of torch, psutil, typer, rich, jinja2" >&2
-    exit 2
-}
+# found, not imported: importing torch twice would cost seconds of the run
+"$python" - <<'PY' || exit 2
+import importlib.util, sys
+missing = [m for m in ("torch", "psutil", "pynvml", "typer", "rich", "jinja2")
+           if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"gpu-verify: {sys.executable} lacks {', '.join(missing)}")
+PY
 exec "$python" "$repo/scripts/gpu_verify.py" "$out" "$@"

@@ -322,8 +322,9 @@ def check(run: Run) -> None:
             stdout = open(out / f"node{i}.stdout", "wb")  # noqa: SIM115  (closed below)
             stderr = open(out / f"node{i}.stderr", "wb")  # noqa: SIM115
             files += [stdout, stderr]
+            # --node-rank: on loopback both nodes own the master's address, and each would be it
             procs.append(start_check(
-                args, out=out, node_name=f"node{i}", env=os.environ,
+                [*args, "--node-rank", str(i)], out=out, node_name=f"node{i}", env=os.environ,
                 extra_env={"NCCL_HOSTID": f"gpu-verify-node{i}"},
                 lab=lab, host=lab.hosts[i] if lab else None, stdout=stdout, stderr=stderr,
             ))  # fmt: skip

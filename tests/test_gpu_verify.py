@@ -38,7 +38,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu-verify.sh"
-GPU_ARCHIVES = sorted((Path(__file__).parent / "fixtures" / "gpu").glob("gpu-verify-*.tar.gz"))
+GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+GPU_ARCHIVES = sorted(GPU_FIXTURES.glob("gpu-verify-*.tar.gz"))
 STEPS = ["machine", "preflight", "check", "bare", "dup-gpu", "watch-healthy", "watch-stalled"]
 NO_NCCL = "a CPU dry run: gloo ranks print no NCCL lines (tests/fixtures/gpu/ holds no GPU archive)"
 
@@ -327,6 +328,16 @@ def test_two_ranks_on_one_gpu_are_refused_and_named(archive):
     report = json.loads((run / "report.json").read_text())
     assert report["watch"]["exit_code"] != 0
     assert "nccl.duplicate-gpu" in {f["id"] for f in report["findings"]}
+
+
+def test_a_gpu_archive_comes_with_its_readme(archive):
+    """The machine, driver, torch and NCCL versions of the kept run, as the run recorded them."""
+    needs_gpu(archive)
+    readme = (GPU_FIXTURES / "README.md").read_text()
+    [node] = archive.json("preflight/preflight.json")["nodes"]
+    for what in (node["gpu"]["driver_version"], archive.versions["torch"],
+                 archive.versions["torch_nccl"], *[g["name"] for g in archive.versions["gpus"]]):  # fmt: skip
+        assert what in readme, what
 
 
 def test_the_gpu_machine_preflight_is_healthy(archive):
