@@ -128,15 +128,19 @@ def _host(logs: LogSet, host: str, procs: list[ProcessLog]) -> LogHost:
 
 
 MAX_QUOTED = 8
+# the facts of ProcessLog.quotes the Facts here are built from: what the findings stand on
+QUOTED = ("bootstrap", "socket", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY")
 
 
 def _quoted(procs: list[ProcessLog]) -> list[str]:
-    """The lines the host's facts came from, one per fact and message: every rank of a host
-    prints the same bootstrap line."""
+    """The lines the host's Facts came from, one per message: every rank of a host prints the
+    same bootstrap line."""
     said: dict[str, str] = {}
-    for p in procs:
-        for line in p.quotes.values():
-            said.setdefault(line[line.find(" NCCL ") + 1 :], line)
+    for fact in QUOTED:
+        for p in procs:
+            line = p.quotes.get(fact)
+            if line is not None:
+                said.setdefault(line[line.find(" NCCL ") + 1 :], line)
     return list(said.values())[:MAX_QUOTED]
 
 
