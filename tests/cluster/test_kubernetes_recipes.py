@@ -223,7 +223,10 @@ def jobset_pods(doc: dict, name: str | None = None) -> list[Pod]:
     pods = []
     for job in doc["spec"]["replicatedJobs"]:
         for job_index in range(job.get("replicas", 1)):
-            for index in range(job["template"]["spec"].get("parallelism", 1)):
+            # Every index at once: the check waits for all its nodes together.
+            indices = job["template"]["spec"].get("completions", 1)
+            assert job["template"]["spec"].get("parallelism", 1) == indices, job["name"]
+            for index in range(indices):
                 annotations = {"batch.kubernetes.io/job-completion-index": str(index),
                                "jobset.sigs.k8s.io/jobset-name": name}  # fmt: skip
                 if coordinator:
@@ -247,7 +250,7 @@ def trainjob_pods(doc: dict) -> list[Pod]:
     name, trainer = doc["metadata"]["name"], doc["spec"]["trainer"]
     nodes = trainer.get("numNodes", 1)
     jobset = {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"parallelism": nodes}}}]}}  # fmt: skip
+        {"name": "node", "template": {"spec": {"parallelism": nodes, "completions": nodes}}}]}}  # fmt: skip
     pods = jobset_pods(jobset, name)
     for pod in pods:
         pod.controller_env.update(
@@ -383,3 +386,20 @@ def test_every_variable_a_recipe_sets_is_read(kind, monkeypatch, tmp_path):
         by_torchrun = name in reads and torchrun_sees(torchrun, without, monkeypatch)[1] != before
         by_nccl = probe_reads(name, env, tmp_path)
         assert by_check or by_torchrun or by_nccl, f"{kind} sets {name}, which nothing reads"
+
+
+def test_the_preflight_init_container_looks_like_the_training_container():
+    """Same image, capabilities, GPUs and mounts, or preflight checks another container."""
+    pod = _pod_spec(recipe("PyTorchJob"))
+    (preflight,) = pod["initContainers"]
+    same = ("image", "securityContext", "resources", "volumeMounts")
+    assert {k: preflight[k] for k in same} == {k: _container(recipe("PyTorchJob"))[k] for k in same}
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "JobSet"])
+def test_torchrun_starts_one_process_per_gpu_the_pod_asks_for(kind, monkeypatch):
+    doc = recipe(kind)
+    (torchrun,) = [c for c in commands(_container(doc))[1:] if c[0] == "torchrun"]
+    _, env = pod_envs(kind, doc)[0]
+    _, (_, _, nproc, _) = torchrun_sees(torchrun, env, monkeypatch)
+    assert int(nproc) == _container(doc)["resources"]["limits"]["nvidia.com/gpu"]
