@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from nccldoctor.ncclog.folds import by_index, tuned_comm
+from nccldoctor.ncclog.folds import tuned_comm
+from nccldoctor.ncclog.netfolds import by_index
 from nccldoctor.ncclog.records import (
     MAX_BACKTRACE,
     MAX_OPS,

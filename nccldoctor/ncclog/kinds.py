@@ -1,4 +1,5 @@
-"""The line kinds: one table entry per kind of NCCL INFO line worth knowing (folds in folds.py).
+"""The line kinds: one table entry per kind of NCCL INFO line worth knowing (folds in folds.py,
+the network's in netfolds.py).
 
 An entry is (name, needle, pattern, fold): ``needle`` is a substring every such message
 contains, tested with ``in`` before the regex runs; ``pattern`` is matched at the start of the
@@ -18,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from nccldoctor.ncclog import folds
+from nccldoctor.ncclog import folds, netfolds
 from nccldoctor.ncclog.envelope import Envelope
 from nccldoctor.ncclog.records import ProcessLog
 
@@ -156,49 +157,49 @@ KINDS: tuple[LineKind, ...] = (
        "2.6–2.32", "v2.6.4-1:include/socket.h:294, v2.30.7-1:bootstrap.cc:553"),
     # 2.4–2.7 " [%d]%s:%s" per interface, 2.8–2.23 "Bootstrap : Using %s:%s", 2.24+ "Bootstrap: Using"
     _k("bootstrap", "Bootstrap",
-       r"Bootstrap ?: Using (?:\[\d+\])?(?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>", folds.bootstrap,
+       r"Bootstrap ?: Using (?:\[\d+\])?(?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>", netfolds.bootstrap,
        "2.4–2.32", "v2.4.8-1:bootstrap.cc:44,48, v2.8.4-1:bootstrap.cc:45,47, "
        "v2.24.3-1:bootstrap.cc:120"),
     # 2.2–2.3 socket.h findInterfaces: one line per interface kept, then who kept them
     # ("NET : Found interface …" under NCCL_COMM_ID's subnet match)
     _k("found_interface", "NET : ",
        r"NET : (?:Using|Found) interface (?P<ifname>[^:\s]+):(?P<addr>\S+?)<\d+>",
-       folds.found_interface, "2.2–2.3", "v2.3.5-5:include/socket.h:104,181, v2.3.7-1:include/socket.h:109"),
+       netfolds.found_interface, "2.2–2.3", "v2.3.5-5:include/socket.h:104,181, v2.3.7-1:include/socket.h:109"),
     _k("socket_count", "interfaces found", r"NET/Socket : (?P<n>\d+) interfaces found",
-       folds.socket_count, "2.2–2.3", "v2.3.7-1:transport/net_socket.cu:36"),
+       netfolds.socket_count, "2.2–2.3", "v2.3.7-1:transport/net_socket.cu:36"),
     _k("ib_sideband", "sideband",
-       r"NET/IB : Using interface (?P<ifname>\S+) for sideband communication", folds.ib_sideband,
+       r"NET/IB : Using interface (?P<ifname>\S+) for sideband communication", netfolds.ib_sideband,
        "2.2–2.3", "v2.3.7-1:transport/net_ib.cu:96"),
     _k("ib_device", "NET/IB: [", r"NET/IB: \[(?P<index>\d+)\] (?P<hca>[^:\s]+):(?P<port>\d+)/(?P<ll>\w+)",
-       folds.ib_device, "2.3", "v2.3.7-1:transport/net_ib.cu:137"),
+       netfolds.ib_device, "2.3", "v2.3.7-1:transport/net_ib.cu:137"),
     # 2.3 ncclSocketDevices / ncclIbDevices: the devices the chosen network uses, with their
     # PCI distance to the GPU: "CUDA Dev 0, IP Interfaces : eth0(PHB) eth1(SOC) "
     _k("net_devices", "CUDA Dev ",
-       r"CUDA Dev \d+, (?P<what>IP Interfaces|IB Ports) : (?P<devs>.*)", folds.net_devices,
+       r"CUDA Dev \d+, (?P<what>IP Interfaces|IB Ports) : (?P<devs>.*)", netfolds.net_devices,
        "2.2–2.3", "v2.3.7-1:transport/net_socket.cu:55, transport/net_ib.cu:168"),
     _k("network_internal", " Network ", r"Using (?:internal|external) Network (?P<name>\S+)",
-       folds.network, "2.2–2.3", "v2.3.7-1:init.cu:74,77"),
-    _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", folds.plugin,
+       netfolds.network, "2.2–2.3", "v2.3.7-1:init.cu:74,77"),
+    _k("plugin", "/Plugin", r"(?P<what>[A-Z]+)/Plugin ?: ?(?P<text>.*)", netfolds.plugin,
        "2.4–2.32", "v2.4.8-1:init.cc:106, v2.30.7-1:plugin/net/net_v10.cc:124"),
     # aws-ofi-nccl (NET/OFI, its own format strings: aws/aws-ofi-nccl, tag:file:line): 1.0–1.6
     # "Selected Provider is %s", 1.7–1.20 "… (found %d nics)", 1.21 "Selected provider is %s,
     # fabric is %s (found %d nics)"; 1.0.1–1.6 "Forcing AWS OFI ndev %d"
     _k("ofi_devices", "NET/OFI ",
        r"NET/OFI (?:Selected [Pp]rovider is (?P<provider>[^,(\s]+)(?:, fabric is (?P<fabric>[^(\s]+))?"
-       r"(?: \(found (?P<nics>\d+) nics\))?|Forcing AWS OFI ndev (?P<ndev>\d+))", folds.ofi_devices,
+       r"(?: \(found (?P<nics>\d+) nics\))?|Forcing AWS OFI ndev (?P<ndev>\d+))", netfolds.ofi_devices,
        "2.4–2.32 (aws-ofi-nccl 1.0–1.21)", "aws-ofi-nccl v1.0.0:src/nccl_ofi_net.c:727,742(v1.0.1-aws), "
        "v1.7.0-aws:src/nccl_ofi_net.c:1006, v1.21.1:src/nccl_ofi_net.cpp:644"),
-    _k("network", "Using network ", r"Using network (?P<name>.+)", folds.network,
+    _k("network", "Using network ", r"Using network (?P<name>.+)", netfolds.network,
        "2.6–2.32", "v2.6.4-1:init.cc:120, v2.30.7-1:init.cc:486"),
     # 2.4–2.11 "NET/IB : Using%s ; OOB %s:%s", 2.12+ "NET/IB : Using%s %s; OOB" (%s: [RO] or "")
     _k("ib_devices", "NET/IB",
-       r"NET/IB ?: Using(?P<devs>[^;]*)(?:; OOB (?P<oob>\S+))?", folds.ib_devices,
+       r"NET/IB ?: Using(?P<devs>[^;]*)(?:; OOB (?P<oob>\S+))?", netfolds.ib_devices,
        "2.4–2.32", "v2.4.8-1:transport/net_ib.cc:168, v2.12.12-1:transport/net_ib.cc:248, "
        "v2.30.7-1:transport/net_ib/init.cc:513"),
-    _k("ib_no_device", "NET/IB", r"NET/IB ?: No device found", folds.ib_none,
+    _k("ib_no_device", "NET/IB", r"NET/IB ?: No device found", netfolds.ib_none,
        "2.4–2.32", "v2.4.8-1:transport/net_ib.cc:158, v2.30.7-1:transport/net_ib/init.cc:470"),
     _k("socket_interfaces", "NET/Socket",
-       r"NET/Socket ?: Using(?P<ifs>(?: \[\d+\]\S+)+)", folds.socket_ifs,
+       r"NET/Socket ?: Using(?P<ifs>(?: \[\d+\]\S+)+)", netfolds.socket_ifs,
        "2.4–2.32", "v2.4.8-1:transport/net_socket.cc:44, v2.30.7-1:transport/net_socket.cc:77"),
     # 2.5–2.12 net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)",
     # 2.13+ graph/topo.cc "NET/%s : GPU Direct RDMA %s for HCA %d '%s'"
@@ -224,7 +225,7 @@ KINDS: tuple[LineKind, ...] = (
        "2.4–2.32", "v2.4.8-1:include/checks.h:59, v2.30.7-1:include/checks.h"),
     # misc/socket.cc retries (≤2.23, 2.24–2.26, 2.27+ shapes)
     _k("connect_retry", "retrying",
-       r"(?:\w+: )?(?:Call to )?connect (?:to (?P<peer>\S+) )?returned .*retrying", folds.retry,
+       r"(?:\w+: )?(?:Call to )?connect (?:to (?P<peer>\S+) )?returned .*retrying", netfolds.retry,
        "2.4–2.32", "v2.4.8-1:include/checks.h:48, v2.30.7-1:include/checks.h:72"),
     _k("hint", "HINT:", r"HINT:", folds.hint, "2.30–2.32", "v2.30.7-1:graph/xml.h:415"),
 )  # fmt: skip
@@ -240,7 +241,7 @@ WARN_KINDS: tuple[LineKind, ...] = (
     # failed with error %s"
     _k("connect_failed", "onnect",
        r"(?:[Cc]onnect to (?P<peer>\S+)|[Cc]all to connect|: connect(?= returned)) "
-       r"(?:(?:failed(?: with error)?|timeout) :? ?|returned )(?P<error>[^,]+)", folds.connect_failed,
+       r"(?:(?:failed(?: with error)?|timeout) :? ?|returned )(?P<error>[^,]+)", netfolds.connect_failed,
        "2.2–2.32", "v2.3.7-1:include/core.h:282,298, v2.4.8-1:include/socket.h:390, "
        "v2.12.12-1:misc/socket.cc:450, v2.19.3-1:misc/socket.cc:484, v2.27.7-1:misc/socket.cc:578,592,618, "
        "v2.30.7-1:os/linux.cc:288"),
@@ -258,7 +259,7 @@ def warned(p: ProcessLog, e: Envelope) -> None:
             m = kind.pattern.search(e.msg)
             if m is not None:
                 kind.fold(p, m, e)
-    folds.failed_net(p, folds.failing_net(e.msg, e.head.file))
+    netfolds.failed_net(p, netfolds.failing_net(e.msg, e.head.file))
 
 
 def match_kind(msg: str) -> tuple[LineKind, re.Match[str]] | None:

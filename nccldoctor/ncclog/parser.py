@@ -26,7 +26,6 @@ from itertools import pairwise
 
 from nccldoctor.limits import MAX_DIGITS, MAX_PROCESSES
 from nccldoctor.ncclog.envelope import LEGACY_NEEDLES, clean, parse_line
-from nccldoctor.ncclog.folds import settle_interfaces
 from nccldoctor.ncclog.inputs import (
     BLOCK_BYTES,
     MAX_LINE,
@@ -46,6 +45,7 @@ from nccldoctor.ncclog.lines import (
     NATIVE,
     classify,
 )
+from nccldoctor.ncclog.netfolds import settle_interfaces
 from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
 from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
 
