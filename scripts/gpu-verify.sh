@@ -8,12 +8,17 @@
 #
 # On a task lent the H200 (the device tool's `status` says can_start_another true), one call:
 #   run(command="bash scripts/gpu-verify.sh $OUT 2>&1", timeout_s=420)
-# (no carry: the checkout travels as it is). The whole run keeps to --budget-s 400 and writes
-# the archive before it; about 4 of the 15 device minutes stay for one rerun. Then:
+# no carry: the checkout travels as it is, and the machine's python3 has every package. The
+# script keeps to its --budget-s (360 s: every step's deadline inside it, SIGTERM then SIGKILL to
+# one that overruns) and writes the archive before the call's limit; the steps it expects to
+# take about 3 minutes. Where a rerun is needed, the same call again while `status` leaves
+# budget_left_s > 480 (a machine's start costs a minute or two). Then:
 #   mkdir -p tests/fixtures/gpu && cp <files_at>/gpu-verify-gpu.tar.gz tests/fixtures/gpu/
-# add tests/fixtures/gpu/README.md (machine, driver, torch and NCCL versions: the archive's
-# gpu-verify/machine/), and run python -m pytest tests/test_gpu_verify.py: its replay tests then
-# read that archive, the GPU-only ones included.
+# add tests/fixtures/gpu/README.md (the machine, driver, torch and NCCL versions: the archive's
+# gpu-verify/machine/ and preflight/preflight.json; the manifest's "numbers": busbw against the
+# TCP probe, the check's wall time against the bare job's), and run
+# python -m pytest tests/test_gpu_verify.py: its replay tests then read that archive, the
+# GPU-only ones included, and every mismatch they find is fixed in the code, not the fixture.
 set -euo pipefail
 out=${1:?usage: scripts/gpu-verify.sh OUTDIR [--cpu] [--budget-s S]}
 shift

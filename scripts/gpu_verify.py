@@ -66,6 +66,8 @@ TREE_ALWAYS_LISTED = ("/proc/self/ns",)
 # kind of device an entry is (the network probe's kind and driver).
 SYSFS_ENTRY_MARKERS = ("device/driver", "bridge", "bonding", "tun_flags")
 TREE_FILE_CAP = 1 << 20  # a sysfs or procfs file is far smaller; a larger one is not a probe's
+MIN_STEP_S = 25.0  # a step started with less would be stopped before it showed anything
+STOP_GRACE_S = 20.0  # a stopped check or watch writes its report (watch: the job's 10 s included)
 
 BARE_JOB = """
 import os, sys, time
@@ -130,17 +132,24 @@ def run_to_files(
 
 
 def wait_or_kill(procs: Sequence[subprocess.Popen], timeout_s: float) -> list[dict]:
-    """Each process's exit code, waited for together until ``timeout_s``; the ones still running
-    then are killed with their session and recorded as timed out."""
+    """Each process's exit code, waited for together until ``timeout_s``. One still running
+    then gets SIGTERM (check and watch write their report on it, a stopped watch ends its job)
+    and, STOP_GRACE_S later, SIGKILL with its whole session; it is recorded as timed out."""
     deadline = time.monotonic() + timeout_s
     rows = []
     for proc in procs:
         try:
             rows.append({"rc": proc.wait(timeout=max(0.1, deadline - time.monotonic()))})
+            continue
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rows.append({"rc": proc.wait(timeout=STOP_GRACE_S), "timed_out": True})
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            rows.append({"rc": proc.wait(), "timed_out": True})
+            rows.append({"rc": proc.wait(), "timed_out": True, "killed": True})
+        deadline = time.monotonic()  # the others had their time too
     return rows
 
 
@@ -396,6 +405,10 @@ def numbers(run: Run) -> dict:
     return found
 
 
+def skip(run: Run, step: str, why: str) -> None:
+    run.record(step, time.monotonic(), skipped=why)
+
+
 def plain(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     """Files, folders and links only: the watch's FIFOs stay out of the archive."""
     return member if member.isfile() or member.isdir() or member.issym() else None
@@ -405,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path, help="where the one archive is left")
     parser.add_argument("--cpu", action="store_true", help="gloo without NVML, even with CUDA")
-    parser.add_argument("--budget-s", type=float, default=400.0, help="the whole run's deadline")
+    parser.add_argument("--budget-s", type=float, default=360.0, help="the whole run's deadline")
     args = parser.parse_args(argv)
     import torch
 
@@ -415,31 +428,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = Run(scratch / ARCHIVE_ROOT, mode, args.budget_s)
     started = time.monotonic()
     hang_after = 20.0 if mode == "gpu" else 6.0  # 6 s: a loaded CI machine's job still moves
+    gpu = mode == "gpu"
     steps = {
         "machine": lambda: machine(run),
         "preflight": lambda: preflight(run),
         "check": lambda: check(run),
-        "bare": lambda: (
-            bare(run)
-            if mode == "gpu"
-            else run.record(
-                "bare", time.monotonic(), skipped="a baseline for the GPU run's timings"
-            )
-        ),
         # on gloo two ranks share no GPU: the step would be watch-healthy's job again
         "dup-gpu": lambda: (
             watch(run, "dup-gpu", False, None, hang_after, 120)
-            if mode == "gpu"
-            else run.record(
-                "dup-gpu", time.monotonic(), skipped="needs CUDA: gloo ranks share no GPU"
-            )
+            if gpu
+            else skip(run, "dup-gpu", "needs CUDA: gloo ranks share no GPU")
         ),
         "watch-healthy": lambda: watch(run, "watch-healthy", True, None, hang_after, 150),
         "watch-stalled": lambda: watch(run, "watch-stalled", True, "stall:1:3", hang_after, 150),
+        # last: the performance note's baseline gets what time the evidence left
+        "bare": lambda: bare(run) if gpu else skip(run, "bare", "a baseline for the GPU's timings"),
     }
     try:
         for name, step in steps.items():
             step_started = time.monotonic()
+            if run.deadline - step_started < MIN_STEP_S:
+                skip(run, name, f"less than {MIN_STEP_S:g} s of the budget left")
+                continue
             try:
                 step()
             except Exception as exc:  # one broken step still leaves the others' evidence

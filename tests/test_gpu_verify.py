@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu-verify.sh"
 GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 GPU_ARCHIVES = sorted(GPU_FIXTURES.glob("gpu-verify-*.tar.gz"))
-STEPS = ["machine", "preflight", "check", "bare", "dup-gpu", "watch-healthy", "watch-stalled"]
+STEPS = ["machine", "preflight", "check", "dup-gpu", "watch-healthy", "watch-stalled", "bare"]
 NO_NCCL = "a CPU dry run: gloo ranks print no NCCL lines (tests/fixtures/gpu/ holds no GPU archive)"
 
 # NCCL's own lines (src/init.cc, src/transport.cc, src/enqueue.cc, src/transport/net_socket.cc),
