@@ -65,17 +65,17 @@ def _quoting(finding: Finding, lines: list[str], *notes: str) -> Finding:
 
 def judge_log_network(logs: LogSet) -> list[Finding]:
     """The network rules over the Facts each host of ``logs`` shows, each finding quoting the
-    lines it stands on. Where the log shows one host only and nothing of peers elsewhere, the
-    host is judged as one of several too, as preflight does without a master; what only that
-    finds is a warning that says so."""
+    lines it stands on. Where the log shows one host and says nothing of where the other
+    ranks are, the host is judged as one of several too, as preflight does without a master;
+    what only that finds is a warning that says so."""
     hosts = log_hosts(logs)
     findings: list[Finding] = []
     for host in hosts:
         facts = host.facts
         alone = run_checks("node", facts, node=facts.node, only=LOG_NETWORK_RULES["node"])
         findings += [_quoting(f, host.lines) for f in alone]
-        if facts.multi_node or not facts.network.nccl_pick:
-            continue
+        if facts.multi_node or host.alone or not facts.network.nccl_pick:
+            continue  # judged as it is: the log shows where the job's ranks are
         said = {(f.id, f.title) for f in alone}
         several = run_checks(
             "node", replace(facts, multi_node=True), node=facts.node, only=LOG_NETWORK_RULES["node"]

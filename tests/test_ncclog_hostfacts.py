@@ -169,3 +169,26 @@ def test_the_same_rule_judges_the_probes_facts():
     assert found.title == "NCCL bootstraps on 2 different interfaces: docker0 (c), eth0 (a, b)"
     nodes[2].network.nccl_pick = "eth0"
     assert run_checks("cluster", nodes, only=["cluster.nccl-interface-differs"]) == []
+
+
+# ROCm/rccl#1055: one container on the default bridge runs both ranks, connected by P2P/IPC
+ONE_CONTAINER_ALL_RANKS = """\
+9cce34ff6c6c:504930:504930 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>
+9cce34ff6c6c:505250:505250 [1] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>
+9cce34ff6c6c:505250:505433 [1] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>
+9cce34ff6c6c:505250:505433 [1] NCCL INFO Using network Socket
+9cce34ff6c6c:505250:505433 [1] NCCL INFO Channel 00/0 : 1[3000] -> 0[83000] via P2P/IPC comm 0x1725baa0 nRanks 02
+9cce34ff6c6c:504930:505428 [0] NCCL INFO Channel 00/02 :    0   1
+9cce34ff6c6c:504930:505428 [0] NCCL INFO Channel 00/0 : 0[83000] -> 1[3000] via P2P/IPC comm 0x154b8e30 nRanks 02
+9cce34ff6c6c:505250:505250 [1] NCCL INFO comm 0x1725baa0 rank 1 nranks 2 cudaDev 1 busId 3000 - Abort COMPLETE
+9cce34ff6c6c:504930:504930 [0] NCCL INFO comm 0x154b8e30 rank 0 nranks 2 cudaDev 0 busId 83000 - Abort COMPLETE
+"""
+
+
+def test_a_container_that_holds_every_rank_is_not_judged_as_one_of_several(tmp_path):
+    """Its ranks connected without the network: the bridge cannot hurt this job."""
+    logs = parse_source(str(_write(tmp_path, ONE_CONTAINER_ALL_RANKS)))
+    (host,) = log_hosts(logs)
+    assert host.alone and not host.facts.multi_node
+    assert host.facts.container.network_mode == "bridge"
+    assert judge_log_network(logs) == []

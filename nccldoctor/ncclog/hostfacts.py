@@ -68,6 +68,9 @@ class LogHost:
 
     facts: NodeFacts
     lines: list[str] = field(default_factory=list)
+    # the log shows every rank of the job on this host (facts.multi_node says it spans hosts;
+    # neither: the log does not say)
+    alone: bool = False
 
 
 def _listed(procs: list[ProcessLog]) -> list[tuple[str, str]]:
@@ -91,6 +94,20 @@ def _spans_hosts(logs: LogSet, procs: list[ProcessLog]) -> bool:
     return any((c.nnodes or 0) > 1 for c in comms) or any(
         label.startswith("NET/") for c in comms for label in c.transports
     )
+
+
+def _alone(procs: list[ProcessLog]) -> bool:
+    """Every rank of a communicator is on this host: NCCL counted one node, or the host's
+    processes hold as many ranks as the communicator has, or connected without the network."""
+    comms = [c for p in procs for c in p.comms.values()]
+    if any(c.nnodes == 1 for c in comms):
+        return True
+    sizes = {c.nranks for c in comms if c.nranks}
+    ranks = {c.rank for c in comms if c.rank is not None}
+    if sizes and len(ranks) >= max(sizes):
+        return True
+    labels = {label for c in comms for label in c.transports}
+    return bool(labels) and not any(label.startswith(("NET/", "COLLNET/")) for label in labels)
 
 
 def _host(logs: LogSet, host: str, procs: list[ProcessLog]) -> LogHost:
@@ -124,7 +141,7 @@ def _host(logs: LogSet, host: str, procs: list[ProcessLog]) -> LogHost:
     facts.multi_node = _spans_hosts(logs, procs)
     facts.local_ranks = len(procs)
     _container(facts, host)
-    return LogHost(facts, _quoted(procs))
+    return LogHost(facts, _quoted(procs), not facts.multi_node and _alone(procs))
 
 
 MAX_QUOTED = 8
