@@ -22,6 +22,8 @@ function over one *subject*, named by its scope:
   (:class:`checks.linkrates.LinkBudget`);
 - ``ticket``: the attachments `explain` was given, and those it could not read
   (:class:`~nccldoctor.ticket.Ticket`);
+- ``isolation``: the isolation rounds of `check`, which node or link is at fault
+  (:class:`~nccldoctor.facts.isolation.Isolation`);
 - ``preflight``: one node's findings judged alone and as one node of several, when `preflight`
   knows no master (:class:`checks.preflight.NodeRoles`).
 
@@ -47,7 +49,7 @@ from nccldoctor.limits import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES
 from nccldoctor.model import AREAS, CATEGORIES, Finding, Severity
 
 Scope = Literal["node", "cluster", "run", "ranks", "world", "logs", "job", "flightrec",
-                "nccl_tests", "ras", "bandwidth", "ticket", "preflight"]  # fmt: skip
+                "nccl_tests", "ras", "bandwidth", "ticket", "preflight", "isolation"]  # fmt: skip
 SCOPES: tuple[Scope, ...] = get_args(Scope)
 
 
@@ -222,6 +224,7 @@ _SCOPE_MODULES: frozenset[str] = frozenset(
         "bandwidth",
         "ticket",
         "preflight",
+        "isolation",
     }
 )
 

@@ -129,6 +129,15 @@ def check(
             "one (openssl rand -hex 16) and give every node the same.",
         ),
     ] = None,
+    isolate: Annotated[
+        str,
+        typer.Option(
+            envvar="NCCLDOCTOR_ISOLATE",
+            help="Test the nodes in pairs to name the faulty node or link: auto (when the "
+            "all-node run fails, hangs, or a node's link is far slower than the others'), "
+            "always, or never. Needs three nodes or more.",
+        ),
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show info findings.")] = False,
     html: HtmlPath = None,
@@ -152,6 +161,7 @@ def check(
             run_name=run_name,
             token=token,
             node_name=node_name,
+            isolate=isolate,
             env=os.environ,
             resolve=host_resolves,
         )

@@ -52,6 +52,7 @@ from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
 
 DEFAULT_PORT = 29400
 BACKENDS = ("auto", "nccl", "gloo")
+ISOLATE_MODES = ("auto", "always", "never")  # cluster/isolate/rounds.py
 
 
 class ConfigError(ValueError):
@@ -90,6 +91,7 @@ class CheckConfig:
     node_name: str = ""
     launcher: str = "standalone"  # standalone | torchrun | slurm | mpirun | kubernetes | env
     local: LocalRank | None = None  # set when the launcher started several processes per node
+    isolate: str = "auto"  # isolation rounds: auto | always | never (cluster/isolate/rounds.py)
 
     @property
     def gate_port(self) -> int:
@@ -118,6 +120,7 @@ def config_from_args(
     run_name: str | None = None,
     token: str | None = None,
     node_name: str | None = None,
+    isolate: str = "auto",
     env: Mapping[str, str],
     resolve: Callable[[str], bool] | None = None,
 ) -> CheckConfig:
@@ -177,6 +180,8 @@ def config_from_args(
         raise ConfigError(f"--procs-per-node {procs_per_node}: must be at least 1")
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if isolate not in ISOLATE_MODES:
+        raise ConfigError(f"--isolate {isolate!r}: one of {', '.join(ISOLATE_MODES)}")
     try:
         timeouts = timeouts_from(timeout, phase_timeouts, env)
     except TimeoutsError as exc:
@@ -198,6 +203,7 @@ def config_from_args(
         node_name=node_name or env.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),
         launcher=launcher,
         local=local,
+        isolate=isolate,
     )
 
 

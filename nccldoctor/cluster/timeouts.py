@@ -39,6 +39,7 @@ class Timeouts:
     destroy: float = 15.0
     heartbeat: float = 10.0  # a live worker silent this long is frozen
     exit_barrier: float = 60.0  # the master waits this long for the slowest node's results
+    isolate_group: float = 20.0  # one group's test in an isolation round
 
     # The waits that ``--timeout`` sets; the others are budgets with their own meaning.
     WAITS = ("reach", "rendezvous", "init", "barrier", "collective", "ddp", "destroy")

@@ -182,6 +182,11 @@ _WHERE_A_SCOPE_RUNS: dict[str, tuple[str, str]] = {
         "over the attachments of a ticket, as they were sorted (`nccldoctor explain`)",
         "nccldoctor explain ticket.tar.gz",
     ),
+    "isolation": (
+        "on the master, over the isolation rounds that test the nodes in pairs when the "
+        "all-node run failed (`nccldoctor check`)",
+        "nccldoctor check --master ADDR --nodes N --isolate always",
+    ),
     "preflight": (
         "in `nccldoctor preflight` when no master is known, over the node's findings as a "
         "single node and as one node of several",

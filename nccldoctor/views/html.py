@@ -20,7 +20,7 @@ import nccldoctor
 from nccldoctor.report import Report
 from nccldoctor.report.answer import nccl_summary
 from nccldoctor.report.shape import items, section, values
-from nccldoctor.views import charts, sections, topology
+from nccldoctor.views import charts, isolation, sections, topology
 
 PAGE_TEMPLATE = "report.html.j2"
 
@@ -214,6 +214,7 @@ def page_context(document: dict[str, Any]) -> dict[str, Any]:
         "bandwidth": bandwidth,
         "bandwidth_rows": sections.bandwidth_rows(bandwidth),
         "links": sections.link_table(document),
+        "pairs": isolation.pair_matrix(document),
         "chart": charts.bandwidth_chart(
             items(bandwidth.get("rows")), section(bandwidth, "tcp_wire_Gbitps")
         ),

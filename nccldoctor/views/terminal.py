@@ -14,6 +14,7 @@ from nccldoctor.limits import MAX_SHOWN_FINDINGS
 from nccldoctor.model import AREA_TITLES, AREAS, AreaState, Severity
 from nccldoctor.report.grouping import FindingGroup, group_findings
 from nccldoctor.report.shape import items, section, values
+from nccldoctor.views import isolation
 
 _MARKS_UNICODE = {Severity.OK: "✓", Severity.INFO: "•", Severity.WARN: "!", Severity.FAIL: "✗"}
 _MARKS_ASCII = {Severity.OK: "+", Severity.INFO: "-", Severity.WARN: "!", Severity.FAIL: "x"}
@@ -80,8 +81,9 @@ def render_terminal(
     if left < 0:
         lines.append(Text(f"{-left} more findings not shown: the JSON report holds them all."))
     lines.append(Text())
-    lines.append(_summary(document, area_levels, marks))
-    return Group(*lines)
+    pairs = isolation.pair_matrix(document, isolation.MAX_TERMINAL_NODES)
+    shown_pairs = [isolation.terminal_table(pairs), Text()] if pairs else []
+    return Group(*lines, *shown_pairs, _summary(document, area_levels, marks))
 
 
 def _severity(finding: dict[str, Any]) -> Severity:

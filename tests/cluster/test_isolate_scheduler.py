@@ -163,3 +163,27 @@ def test_bad_input_never_breaks_it() -> None:
     odd = [GroupTest(1, ("a", "zz"), "error"), GroupTest(2, (), "ok"), GroupTest(1, ("a",), "ok")]
     step = next_step(["a", "b", "c"], odd)
     assert isinstance(step, Round) or step.nodes
+
+
+def test_a_node_that_fails_with_most_partners_is_at_fault_though_one_passed() -> None:
+    """An MTU trap: gpu-6's frames cross a 1500 hop; only gpu-0, at 1500 itself, talks to it in
+    small frames. Its failed pairs are not each a faulty link: gpu-6 is at fault."""
+    nodes = names(8)
+    trapped = [frozenset(("gpu-6", n)) for n in nodes if n not in ("gpu-0", "gpu-6")]
+    answer = run(Cluster(nodes, bad_links=trapped))
+    assert answer.state_of("gpu-6") == "faulty"
+    assert "passed only with gpu-0" in next(v.why for v in answer.nodes if v.node == "gpu-6")
+    assert [v.node for v in answer.culprits] == ["gpu-6"] and not answer.links
+
+
+def test_the_lab_s_three_faults_at_once() -> None:
+    """tests/cluster/test_isolate_netns.py's cluster, simulated: a slow node, a blocked pair and
+    an MTU trap, named apart; the trapped node's partners are not blamed for its failures."""
+    nodes = names(8)
+    trapped = [frozenset(("gpu-6", n)) for n in nodes if n not in ("gpu-0", "gpu-6")]
+    blocked = frozenset(("gpu-1", "gpu-5"))
+    answer = run(Cluster(nodes, slow=["gpu-3"], bad_links=[*trapped, blocked]))
+    states = {v.node: v.state for v in answer.nodes if v.state != "ok"}
+    assert states == {"gpu-3": "slow", "gpu-6": "faulty"}
+    assert [v.nodes for v in answer.links] == [("gpu-1", "gpu-5")]
+    assert not answer.undecided

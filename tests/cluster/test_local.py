@@ -16,11 +16,17 @@ import pytest
 from nccldoctor.cluster.agent.launcher import WorkerSpec
 from nccldoctor.cluster.agent.local import (
     VANISHED,
+    Done,
     FollowerProcess,
+    HandOver,
+    Joining,
     Leader,
     Link,
     LocalError,
+    Verdict,
     address,
+    decode,
+    encode,
 )
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.lab.start import free_port_pair
@@ -45,7 +51,7 @@ def test_hello_spec_done_verdict(port, tmp_path):
             (4, 1, os.getpid()), (5, 2, os.getpid())]  # fmt: skip
         procs = [FollowerProcess(f, tmp_path / f"{f.rank}.log") for f in followers]
         for f in followers:
-            f.lines.send({"spec": {"rank": f.rank}})
+            f.lines.send(HandOver({"rank": f.rank}))
         assert links[0].wait(time.monotonic() + 5, never_stopped).spec == {"rank": 4}
         assert procs[0].poll() is None
         links[0].done(1)
@@ -173,3 +179,23 @@ def test_a_bad_worker_spec_is_refused_with_why(key, value, why):
     """A spec that is not what local rank 0 writes never reaches the launcher."""
     with pytest.raises(ValueError, match=why):
         WorkerSpec.from_dict({**SPEC.to_dict(), key: value}, SPEC.timeouts)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [Joining(5, 1), HandOver(SPEC.to_dict()), Done(-9), Verdict(1, "/runs/check-cluster.json")],
+)
+def test_each_message_reads_back_as_sent(message):
+    assert decode(encode(message).rstrip(b"\n")) == message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"\xff" * 100, b"[1]", b'{"rank": 1, "local_rank": 1}', b'{"kind": "hello"}',
+     b'{"kind": 7, "exit_code": 0}', b'{"kind": "done", "exit_code": "0"}',
+     b'{"kind": "done", "exit_code": true}', b'{"kind": "verdict", "exit_code": 1}',
+     b'{"kind": "joining", "rank": null, "local_rank": 1}', b'{"kind": "hand-over", "spec": []}',
+     b"[" * 100_000],
+)  # fmt: skip
+def test_a_line_that_is_no_message_is_none(line):
+    assert decode(line) is None

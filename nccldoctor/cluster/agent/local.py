@@ -5,14 +5,15 @@ With ``srun --ntasks-per-node=N``, ``torchrun --nproc-per-node N`` or ``mpirun -
 process is one rank of the check. Local rank 0 (the leader) also runs the node agent's phases;
 the others (followers) wait for it on a Unix socket in the abstract namespace, named after the
 check's port (abstract names are per network namespace: one per node, as the port is). Each
-message is one JSON object on a line:
+message is a record here, one JSON object on a line (its ``kind`` and its fields), read back
+with every field's type checked; a line that is no message is none:
 
-- follower → leader, on connecting: ``{"rank", "local_rank"}`` (its pid is the socket's
-  SO_PEERCRED, not a claim);
-- leader → follower, after the node's pre-worker phases: ``{"spec": WorkerSpec}``;
-- follower → leader, when its worker ends: ``{"done": exit_code}``;
+- follower → leader, on connecting: :class:`Joining` (its pid is the socket's SO_PEERCRED, not
+  a claim);
+- leader → follower, after the node's pre-worker phases: :class:`HandOver` (the worker spec);
+- follower → leader, when its worker ends: :class:`Done`;
 - leader → follower, once the node's report (the cluster's, on the master) is written:
-  ``{"verdict": exit_code, "report": path}``.
+  :class:`Verdict`.
 
 A connection that closes is a process that ended: the leader then knows a follower is gone
 without waiting for a deadline, and a follower knows the same of the leader. Every wait here has
@@ -31,10 +32,12 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from nccldoctor.facts.serde import from_dict
 
 # SO_PEERCRED's struct ucred: pid, uid, gid
 _UCRED = struct.Struct("3i")
@@ -42,6 +45,65 @@ _UCRED = struct.Struct("3i")
 # leader's child. rank_row reads the sentence the leader writes into its log instead.
 VANISHED = -1
 MAX_LINE = 1 << 20  # a message is a few hundred bytes; a peer sending more is not ours
+
+
+@dataclass(frozen=True)
+class Joining:
+    """Who a follower is, as the launcher started it."""
+
+    rank: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """The worker spec to run (launcher.WorkerSpec.to_dict: the follower reads it with
+    WorkerSpec.from_dict under its own timeouts)."""
+
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    """A follower's worker ended with ``exit_code``."""
+
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The node's verdict (the check's exit code) and the report to show."""
+
+    exit_code: int
+    report: str
+
+
+Message = Joining | HandOver | Done | Verdict
+KINDS: Mapping[str, type[Message]] = {
+    "joining": Joining, "hand-over": HandOver, "done": Done, "verdict": Verdict}  # fmt: skip
+_KIND_OF = {cls: kind for kind, cls in KINDS.items()}
+
+
+def encode(message: Message) -> bytes:
+    return json.dumps({"kind": _KIND_OF[type(message)], **asdict(message)}).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message | None:
+    """The message ``line`` holds, or None when it holds none (not JSON, an unknown kind, a
+    field missing, null or of the wrong type)."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        return None
+    kind = KINDS.get(data.pop("kind"))
+    if kind is None:
+        return None
+    try:
+        return from_dict(kind, data, strict=True)
+    except TypeError:
+        return None
 
 
 class LocalError(Exception):
@@ -54,21 +116,21 @@ def address(port: int) -> str:
 
 
 class _Lines:
-    """JSON lines from one stream socket, read without blocking past a deadline."""
+    """Messages, a line each, from one stream socket, read without blocking past a deadline."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self._buffer, self.closed = sock, b"", False
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: Message) -> bool:
         try:
-            self.sock.sendall(json.dumps(message).encode() + b"\n")
+            self.sock.sendall(encode(message))
         except OSError:
             return False
         return True
 
-    def read(self, timeout: float) -> dict[str, Any] | None:
-        """The next message within ``timeout`` seconds; None when none came (``closed`` is set
-        once the other side is gone)."""
+    def read(self, timeout: float) -> Message | None:
+        """The next message within ``timeout`` seconds; None when none came, or the line was
+        none (``closed`` is set once the other side is gone)."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer and not self.closed:
             left = max(0.0, deadline - time.monotonic())  # 0: a poll still looks once
@@ -83,13 +145,7 @@ class _Lines:
             if len(self._buffer) > MAX_LINE:
                 self.closed, self._buffer = True, b""
         line, sep, self._buffer = self._buffer.partition(b"\n")
-        if not sep:
-            return None
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return None
-        return message if isinstance(message, dict) else None
+        return decode(line) if sep else None
 
 
 # -- the leader's side ---------------------------------------------------------------------------
@@ -143,8 +199,10 @@ class Leader:
             conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
         )
         lines = _Lines(conn)
-        hello = lines.read(5.0) or {}
-        rank, local_rank = hello.get("rank"), hello.get("local_rank")
+        hello = lines.read(5.0)
+        rank, local_rank = (
+            (hello.rank, hello.local_rank) if isinstance(hello, Joining) else (None, None)
+        )
         why = None
         if uid != os.geteuid():
             why = f"pid {pid} runs as uid {uid}, not as this check's"
@@ -181,7 +239,7 @@ class Leader:
         with self._lock:
             followers = list(self.followers.values())
         for follower in followers:
-            follower.lines.send({"verdict": verdict, "report": str(report)})
+            follower.lines.send(Verdict(verdict, str(report)))
 
     def close(self) -> None:
         self._closing = True
@@ -221,8 +279,8 @@ class FollowerProcess:
         deadline = time.monotonic() + timeout
         while self.returncode is None:
             message = lines.read(max(0.0, deadline - time.monotonic()))
-            if message is not None and isinstance(message.get("done"), int):
-                self.returncode = message["done"]
+            if isinstance(message, Done):
+                self.returncode = message.exit_code
             elif lines.closed:
                 self.returncode = VANISHED
                 with contextlib.suppress(OSError), open(self.log_path, "a") as log:
@@ -254,7 +312,7 @@ class Handover:
     """What a follower heard from its leader: the spec to run (or None), the verdict and report
     path once known, and what went wrong when the leader could not be heard."""
 
-    spec: dict[str, Any] | None = None
+    spec: Mapping[str, Any] | None = None
     verdict: int | None = None
     report: str | None = None
     lost: str | None = None
@@ -286,7 +344,7 @@ class Link:
                 raise LocalError(f"local rank 0 never opened this node's local socket ({error})")
             time.sleep(0.1)
         lines = _Lines(sock)
-        lines.send({"rank": rank, "local_rank": local_rank})
+        lines.send(Joining(rank, local_rank))
         return cls(lines)
 
     def wait(self, deadline: float, stopped: Callable[[], str | None]) -> Handover:
@@ -295,13 +353,13 @@ class Link:
         heard = Handover()
         while True:
             message = self.lines.read(min(0.5, max(0.0, deadline - time.monotonic())))
+            if isinstance(message, HandOver):
+                heard.spec = message.spec
+                return heard
+            if isinstance(message, Verdict):
+                heard.verdict, heard.report = message.exit_code, message.report
+                return heard
             if message is not None:
-                if isinstance(message.get("spec"), dict):
-                    heard.spec = message["spec"]
-                    return heard
-                if isinstance(message.get("verdict"), int):
-                    heard.verdict, heard.report = message["verdict"], str(message.get("report"))
-                    return heard
                 continue
             if self.lines.closed:
                 heard.lost = "local rank 0 of this node ended (its connection closed)"
@@ -315,7 +373,7 @@ class Link:
                 return heard
 
     def done(self, code: int) -> None:
-        self.lines.send({"done": code})
+        self.lines.send(Done(code))
 
     def close(self) -> None:
         self.lines.sock.close()

@@ -27,6 +27,7 @@ from pathlib import Path
 from nccldoctor.cluster.agent import local, outcomes, rendezvous, watchdog
 from nccldoctor.cluster.agent.phases import (
     bootstrap,
+    isolate,
     ports,
     preflight,
     reach,
@@ -52,6 +53,7 @@ PHASES: tuple[tuple[str, Phase], ...] = (
     ("tcp", tcp.run),
     ("ports", ports.run),
     ("workers", workers.run),
+    ("isolate", isolate.run),
 )
 
 

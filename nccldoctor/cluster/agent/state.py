@@ -16,6 +16,7 @@ from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
 from nccldoctor.cluster.records import NodeEntry, PhaseStatus
+from nccldoctor.facts.isolation import Isolation
 from nccldoctor.facts.world import Rejected
 
 # What the agent tells its caller as it runs: a phase's lines, and nodes joining on the master.
@@ -59,6 +60,7 @@ class AgentState:
     bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
     started: float = field(default_factory=time.monotonic)
     verdict: int | None = None  # the cluster report's exit code, once known here
+    isolation: Isolation | None = None  # the rounds' answer, on the master when they ran
 
     @property
     def node_dir(self) -> Path:

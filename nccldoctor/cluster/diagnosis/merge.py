@@ -232,6 +232,12 @@ def merge_reports(
         cluster=cluster,
         run={**(first.extra.get("run") or {}), "nodes_reported": len(reports)},
     )
+    # the master's isolation rounds, wherever its report comes in the list
+    isolation = [
+        r.extra["isolation"] for _, r in reports if isinstance(r.extra.get("isolation"), dict)
+    ]
+    if isolation:
+        extra["isolation"] = isolation[0]
     if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
         extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
     marker = [f for f in found if f.id == MERGED]  # the note closes the document

@@ -1,28 +1,14 @@
 """Which groups to test next, or what the rounds showed: a pure function of the nodes and the
-group tests so far (docs/design.md#isolation), run alike by `check` and by the simulation in
-``bench/isolate.py``.
-
-The plan, as Google's Cluster Health Scanner re-pairs a failed node with a known-good one:
-
-1. **Pairing**: every node is paired with another; one round tests them all at once.
-2. **Confirmation**: a node of a failed pair is paired with a node that has passed (cleared), a
-   different one each time. A node that fails with two cleared partners is faulty (slow when
-   every such failure was a slow one); a pair that failed while both ends passed with others is
-   a faulty (or slow) link. Nobody is assumed good, the master included: a node is cleared only
-   by a group that passed with it.
-3. Suspects that find no cleared partner free are paired with each other (never a pair tested
-   before): a pass clears both.
-
-With one faulty node that is two rounds at any N (three when N is odd or small), below the
-ceil(log2 N) + 2 that bisection with group tests needs, so pairing is kept throughout; group tests
-would save tests, not rounds, and the tests of a round run at once.
-
-A group *fails* when a member errs or passes the deadline, or when its busbw is far below the
-median of the groups that completed (SLOW_SHARE) and, where the nodes' link rates are known, below
-that share of the slower member's link too: a group that passes below the bandwidth it should reach
-counts as failed, as in NVIDIA's Cluster Readiness Engine. A member that never took its place is
-unreachable; its partner learns nothing from that round. When every group of two rounds failed,
-with different partners each time, the fault is the network's, and no node is blamed.
+group tests so far, run alike by `check` and by the simulation of ``bench/isolate.py``. The plan
+(docs/design.md#isolation): pairing; confirmation of a failed pair's nodes against nodes that
+passed (nobody is assumed good, the master included); the bisection of a failed group no node
+explains, for the link in it; the others tested together once a fault is found. A node that fails
+with two partners that passed with others (and fail with nobody else) is at fault; a pair that
+fails while both ends pass with others is a faulty link; a member that never takes its place is
+unreachable. A group fails when a member errs or passes the deadline, or when its busbw is below
+SLOW_SHARE of the reference and, where the link rates are known, of the slower member's link:
+a group that passes below what it should reach counts as failed (NVIDIA's Cluster Readiness
+Engine). Every group of two rounds failing, no node common to them all, is network-wide.
 """
 
 from __future__ import annotations
@@ -41,6 +27,7 @@ from nccldoctor.facts.isolation import (
     NodeState,
     NodeVerdict,
 )
+from nccldoctor.units import format_GBps
 
 SLOW_SHARE = 1 / 3  # a group this far below the median busbw is slow
 CONFIRMATIONS = 2  # failures with distinct cleared partners that make a node faulty
@@ -112,6 +99,7 @@ class _State:
         self.cleared = {n for n, rows in self.of.items() if any(j == "ok" for _, j in rows)}
         self.cleared -= self.unreachable
         self.tested = {frozenset(t.members) for t in self.tests}
+        self._suspects: dict[str, bool] = {}
         self._links = self.link_verdicts()
 
     # -- judging one group ----------------------------------------------------------------------
@@ -129,7 +117,7 @@ class _State:
         return "slow" if not links or rate < SLOW_SHARE * min(links) else "ok"
 
     # -- what the tests show --------------------------------------------------------------------
-    def shown_against(self, node: str) -> list[tuple[GroupTest, Judged]]:
+    def failed_pairs(self, node: str) -> list[tuple[GroupTest, Judged]]:
         """The failed pairs of ``node`` whose partner passed elsewhere (a larger group that
         failed may hold a faulty link between the others: it shows nothing against one node)."""
         return [
@@ -140,16 +128,34 @@ class _State:
             and all(m in self.cleared for m in t.members if m != node)
         ]
 
+    def suspect(self, node: str) -> bool:
+        """Failed with two partners or more that passed elsewhere: the node, or each link."""
+        if node not in self._suspects:
+            partners = {m for t, _ in self.failed_pairs(node) for m in t.members if m != node}
+            self._suspects[node] = len(partners) >= CONFIRMATIONS
+        return self._suspects[node]
+
+    def shown_against(self, node: str) -> list[tuple[GroupTest, Judged]]:
+        """The failed pairs of ``node`` whose partner passed elsewhere and is no suspect
+        itself: a failure with a node that fails with others too shows nothing of this one."""
+        return [
+            (t, j)
+            for t, j in self.failed_pairs(node)
+            if not any(self.suspect(m) for m in t.members if m != node)
+        ]
+
     def decided(self, node: str) -> NodeState | None:
+        """A node that failed with two partners that passed with others is at fault, even where
+        it passed with a third (a path that fails towards most nodes, not all: an MTU that
+        only some peers' frames exceed). A node that passed and is still a suspect waits for
+        another partner."""
         if node in self.unreachable:
             return "unreachable"
-        if node in self.cleared:
-            return "ok"
         shown = self.shown_against(node)
         partners = {m for t, _ in shown for m in t.members if m != node}
         if len(partners) >= CONFIRMATIONS:
             return "slow" if all(j == "slow" for _, j in shown) else "faulty"
-        return None
+        return "ok" if node in self.cleared and not self.suspect(node) else None
 
     def network_wide(self) -> str | None:
         """Every group of NETWORK_WIDE_ROUNDS rounds or more failed, no node ever passed, and no
@@ -199,10 +205,10 @@ class _State:
         """When nodes or links were found at fault: the other nodes (one end of each faulty
         link left out), to be tested together once, since a fault found may hide another among
         them; empty when that is known already."""
-        if len(self.cleared) == len(self.nodes) and not self._links:
+        if all(self.decided(n) == "ok" for n in self.nodes) and not self._links:
             return ()
         left_out = {v.nodes[1] for v in self._links}
-        ok = [n for n in self.nodes if n in self.cleared and n not in left_out]
+        ok = [n for n in self.nodes if self.decided(n) == "ok" and n not in left_out]
         if len(ok) < 3 or frozenset(ok) in self.tested or self.passes(ok):
             return ()
         return tuple(ok)
@@ -324,6 +330,9 @@ class _State:
             shown = self.shown_against(node)
             failed = _groups(node, [t for t, _ in shown], self._judged_of)
             why = f"failed with {failed}, partners that passed with others"
+            passed = [t for t, j in rows if j == "ok"]
+            if passed:
+                why += f"; passed only with {_groups(node, passed)}"
             return NodeVerdict(node, state, tuple(t.round for t, _ in shown), why)
         if network_wide:
             return NodeVerdict(node, "undecided", rounds, "every group failed alike")
@@ -351,7 +360,12 @@ class _State:
     def link_verdicts(self) -> list[LinkVerdict]:
         links: dict[tuple[str, str], list[tuple[GroupTest, Judged]]] = {}
         for t, j in self.judged:
-            if j in FAILED and len(t.members) == 2 and all(m in self.cleared for m in t.members):
+            if (
+                j in FAILED
+                and len(t.members) == 2
+                and all(m in self.cleared for m in t.members)
+                and not any(self.decided(m) in ("faulty", "slow") for m in t.members)
+            ):
                 a, b = t.members
                 links.setdefault((a, b), []).append((t, j))
         verdicts = []
@@ -359,9 +373,10 @@ class _State:
             state: LinkState = "slow" if all(j == "slow" for _, j in rows) else "faulty"
             passed_a = [t.round for t, j in self.of[a] if j == "ok"]
             passed_b = [t.round for t, j in self.of[b] if j == "ok"]
+            how = ", ".join(sorted({j for _, j in rows}))
             why = (
-                f"{a} and {b} failed together ({_groups(a, [t for t, _ in rows], self._judged_of)}"
-                f"), while {a} passed in round(s) {_rounds(passed_a)} and {b} in round(s) "
+                f"{a} and {b} failed together in round(s) {_rounds(t.round for t, _ in rows)} "
+                f"({how}), while {a} passed in round(s) {_rounds(passed_a)} and {b} in round(s) "
                 f"{_rounds(passed_b)} with other partners"
             )
             verdicts.append(LinkVerdict((a, b), state, tuple(t.round for t, _ in rows), why))
@@ -379,6 +394,6 @@ def _groups(node: str, tests: Sequence[GroupTest], judged: object = None) -> str
         others = ", ".join(m for m in t.members if m != node) or node
         how = judged(t) if callable(judged) else t.status
         rate = t.busbw_GBps
-        shown = f"{rate:.3g} GB/s" if how in ("ok", "slow") and rate is not None else how
+        shown = format_GBps(rate) if how in ("ok", "slow") and rate is not None else how
         parts.append(f"{others} (round {t.round}, {shown})")
     return "; ".join(parts)

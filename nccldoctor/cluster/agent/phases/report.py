@@ -10,6 +10,7 @@ from pathlib import Path
 from nccldoctor.cluster.agent import gather
 from nccldoctor.cluster.agent.state import AgentState
 from nccldoctor.cluster.diagnosis.node_report import build_node_report
+from nccldoctor.cluster.isolate import answer as isolate_answer
 from nccldoctor.report import Report, write_report
 
 # A node waits for the master's verdict through the master's exit barrier, plus this for its merge.
@@ -23,6 +24,8 @@ def run(state: AgentState) -> tuple[Report, Path]:
     if store is not None and not run.is_master and gather.master_lost(run, config, store):
         store = None  # a dead master's store would only make the publish wait
     report = build_node_report(run, config, state.command, time.monotonic() - state.started)
+    if state.isolation is not None:
+        isolate_answer.attach(report, state.isolation)
     path = _write(report, config.run_dir / f"check-{run.node}.json", "node", state.progress)
     interrupted = bool(run.aborted and run.aborted.startswith("interrupted"))
     if not run.is_master:

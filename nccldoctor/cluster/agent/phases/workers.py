@@ -70,7 +70,7 @@ def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.
         directory = launcher.prepare(spec, follower.rank)
         log_path = directory / "worker.log"
         proc = local.FollowerProcess(follower, log_path)
-        follower.lines.send({"spec": spec.to_dict()})
+        follower.lines.send(local.HandOver(spec.to_dict()))
         launched.append(
             launcher.Launched(follower.rank, follower.local_rank, directory, proc, log_path)
         )

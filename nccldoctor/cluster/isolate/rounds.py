@@ -1,0 +1,375 @@
+"""The isolation rounds of `check`, run through the master's store (docs/design.md#isolation).
+
+After its workers, every node writes how its part of the all-node run went (``state/<rank>``).
+The master waits for them (the exit barrier's budget), decides whether to isolate
+(:func:`should_isolate`) and writes the ``plan``. Then, round by round, it asks the scheduler for
+the groups, writes ``round/<k>``, and reads what each member wrote: ``took/<k>/<rank>`` when it
+took its place, ``result/<k>/<rank>`` when its test ended. Every node, the master included (in a
+thread), takes its place in its group of each round (grouptest.py) until ``round/<k>`` says done.
+
+Every wait has a deadline: the master's for the states (exit_barrier), for a round's results (the
+group deadline and a margin); a member's for the plan and for each next round. What the master
+reads was written by whoever reaches the store: each value is bounded and checked, and one that is
+not what a node writes counts as no answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from nccldoctor.cluster.isolate import grouptest
+from nccldoctor.cluster.isolate.scheduler import Round, next_step
+from nccldoctor.facts.isolation import GroupTest, Isolation, SizeRate
+from nccldoctor.forensics.stacks import readable
+
+MARGIN_S = 5.0  # a round's results reach the master this long after the group's deadline
+MAX_VALUE_BYTES = 64 << 10  # a member's result is a few hundred bytes
+SLOW_LINK_SHARE = 1 / 3  # a node's TCP rate to the master this far below the others' median
+
+
+class IsoKeys:
+    """The isolation keys of one run, under the run's prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.base = f"{prefix}/isolate"
+        self.plan = f"{self.base}/plan"
+
+    def state(self, rank: int) -> str:
+        return f"{self.base}/state/{rank}"
+
+    def round(self, number: int) -> str:
+        return f"{self.base}/round/{number}"
+
+    def took(self, number: int, rank: int) -> str:
+        return f"{self.base}/took/{number}/{rank}"
+
+    def result(self, number: int, rank: int) -> str:
+        return f"{self.base}/result/{number}/{rank}"
+
+    def group(self, number: int, index: int) -> str:
+        return f"{self.base}/pg/{number}/{index}/"
+
+
+@dataclass(frozen=True)
+class Member:
+    """This node in the rounds."""
+
+    name: str
+    rank: int  # node rank
+    master: str
+    port: int
+    backend: str
+    interface: str | None
+    deadline_s: float  # one group's test
+
+
+@dataclass(frozen=True)
+class Plan:
+    run: bool
+    why: str
+
+
+# -- the decision -------------------------------------------------------------------------------
+def should_isolate(
+    mode: str,
+    states: Mapping[str, Mapping[str, Any] | None],
+    tcp_gbps: Mapping[str, float],
+) -> Plan:
+    """Whether the rounds run: ``always``, never with ``never``; with ``auto`` when a node's part
+    of the all-node run failed or hung, a node never said how it went, or a node's TCP rate to
+    the master is far below the others' (what its link carries is not what theirs do)."""
+    if mode == "never":
+        return Plan(False, "--isolate never")
+    failed = [n for n, s in states.items() if s is not None and not s.get("ok")]
+    silent = [n for n, s in states.items() if s is None]
+    why = []
+    if failed:
+        why.append(f"the all-node run failed on {', '.join(failed)}")
+    if silent:
+        why.append(f"{', '.join(silent)} never said how the all-node run went")
+    slow = slow_links(tcp_gbps)
+    if slow:
+        why.append(slow)
+    if why:
+        return Plan(True, "; ".join(why))
+    if mode == "always":
+        return Plan(True, "--isolate always")
+    return Plan(False, "the all-node run passed on every node")
+
+
+def slow_links(tcp_gbps: Mapping[str, float]) -> str:
+    """ "node3's TCP rate to the master 0.10 Gbit/s, the others' median 9.8" or ""."""
+    rates = {n: r for n, r in tcp_gbps.items() if isinstance(r, (int, float)) and r > 0}
+    if len(rates) < 3:
+        return ""
+    median = statistics.median(rates.values())
+    slow = sorted(n for n, r in rates.items() if r < SLOW_LINK_SHARE * median)
+    if not slow:
+        return ""
+    shown = ", ".join(f"{n} {rates[n]:.2f} Gbit/s" for n in slow)
+    return f"TCP to the master: {shown}, the others' median {median:.2f} Gbit/s"
+
+
+# -- every node -----------------------------------------------------------------------------------
+def publish_state(store: Any, keys: IsoKeys, rank: int, ok: bool, why: str) -> None:
+    store.set(keys.state(rank), json.dumps({"ok": bool(ok), "why": why[:500]}))
+
+
+def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
+    """The master's plan, or None when it never came."""
+    value = _wait_value(store, keys.plan, time.monotonic() + timeout_s)
+    if not isinstance(value, dict) or not isinstance(value.get("run"), bool):
+        return None
+    return Plan(value["run"], str(value.get("why", ""))[:500])
+
+
+def take_part(
+    store: Any,
+    keys: IsoKeys,
+    me: Member,
+    round_wait_s: float,
+    stop: threading.Event | None = None,
+) -> list[str]:
+    """Take this node's place in each round until the master says done; what went wrong on
+    the way (a round that never came), as sentences."""
+    notes: list[str] = []
+    number = 1
+    while stop is None or not stop.is_set():
+        value = _wait_value(store, keys.round(number), time.monotonic() + round_wait_s)
+        if not isinstance(value, dict):
+            notes.append(f"round {number} never came from the master within {round_wait_s:.0f} s")
+            return notes
+        if value.get("done"):
+            return notes
+        groups = value.get("groups")
+        mine = _my_group(groups, me.name)
+        if mine is not None:
+            index, members = mine
+            store.set(keys.took(number, me.rank), "1")
+            spec = grouptest.GroupSpec(
+                me.master, me.port, keys.group(number, index), members.index(me.name),
+                len(members), me.backend, me.interface, me.deadline_s,
+            )  # fmt: skip
+            result = grouptest.run_member(spec)
+            result.error = readable(result.error).strip().splitlines()[0] if result.error else ""
+            store.set(keys.result(number, me.rank), json.dumps(result.to_dict()))
+        number += 1
+    return notes
+
+
+def _my_group(groups: Any, name: str) -> tuple[int, list[str]] | None:
+    if not isinstance(groups, list):
+        return None
+    for index, group in enumerate(groups):
+        if isinstance(group, list) and name in group and all(isinstance(m, str) for m in group):
+            return index, group
+    return None
+
+
+# -- the master -----------------------------------------------------------------------------------
+def coordinate(
+    store: Any,
+    keys: IsoKeys,
+    me: Member,
+    nodes: Mapping[int, str],
+    mode: str,
+    tcp_gbps: Mapping[str, float],
+    states_wait_s: float,
+    progress: Callable[[str], None] = lambda line: None,
+    budget_GBps: Mapping[str, float] | None = None,
+) -> Isolation | Plan:
+    """The master's side: the states, the plan, then the rounds (taking its own place in a
+    thread). The answer, or the plan when the rounds did not run."""
+    names = {rank: name for rank, name in nodes.items()}
+    states = _read_states(store, keys, names, time.monotonic() + states_wait_s)
+    plan = should_isolate(mode, {names[r]: s for r, s in states.items()}, tcp_gbps)
+    store.set(keys.plan, json.dumps({"run": plan.run, "why": plan.why}))
+    if not plan.run:
+        return plan
+    progress(f"isolate: {plan.why}; testing the nodes in pairs")
+    round_wait = me.deadline_s + 2 * MARGIN_S
+    own = threading.Thread(
+        target=take_part, args=(own_client(me, round_wait), keys, me, round_wait),
+        name="nccldoctor-isolate-own", daemon=True,
+    )  # fmt: skip
+    own.start()
+    tests = list(_all_node_run(names, states))
+    try:
+        while True:
+            step = next_step(list(names.values()), tests, budget_GBps)
+            if not isinstance(step, Round):
+                break
+            progress(f"isolate: round {step.number}, {len(step.groups)} group(s)")
+            groups = [list(g) for g in step.groups]
+            store.set(keys.round(step.number), json.dumps({"groups": groups}))
+            tests += _read_round(store, keys, step, names, me.deadline_s)
+    finally:
+        store.set(keys.round(_next_round(tests)), json.dumps({"done": True}))
+    own.join(MARGIN_S)
+    return dataclasses.replace(step, why_run=plan.why)
+
+
+def _next_round(tests: Sequence[GroupTest]) -> int:
+    return max((t.round for t in tests), default=0) + 1
+
+
+def _all_node_run(
+    names: Mapping[int, str], states: Mapping[int, Mapping[str, Any] | None]
+) -> list[GroupTest]:
+    """Round 0, the all-node run, when it failed: the scheduler bisects it if no node explains
+    it. A run that passed is left out, so that every node is still tested in pairs."""
+    members = tuple(sorted(names.values()))
+    absent = tuple(sorted(names[r] for r, s in states.items() if s is None))
+    failed = [names[r] for r, s in states.items() if s is not None and not s.get("ok")]
+    if absent:
+        return [GroupTest(0, members, "absent", absent=absent)]
+    if failed:
+        why = "; ".join(
+            f"{names[r]}: {s.get('why')}" for r, s in states.items() if s and not s.get("ok")
+        )
+        return [GroupTest(0, members, "error", detail=why[:500])]
+    return []
+
+
+def _read_states(
+    store: Any, keys: IsoKeys, names: Mapping[int, str], deadline: float
+) -> dict[int, dict[str, Any] | None]:
+    states: dict[int, dict[str, Any] | None] = {r: None for r in names}
+    while True:
+        for rank in [r for r, s in states.items() if s is None]:
+            value = _get(store, keys.state(rank))
+            if isinstance(value, dict) and isinstance(value.get("ok"), bool):
+                states[rank] = {"ok": value["ok"], "why": str(value.get("why", ""))[:500]}
+        missing = [keys.state(r) for r, s in states.items() if s is None]
+        if not missing or time.monotonic() >= deadline:
+            return states
+        _wait(store, missing[:1], min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def _read_round(
+    store: Any, keys: IsoKeys, step: Round, names: Mapping[int, str], deadline_s: float
+) -> list[GroupTest]:
+    """Each group's test of round ``step``, once every member wrote its result or the round's
+    deadline passed."""
+    ranks = {name: rank for rank, name in names.items()}
+    members = [m for g in step.groups for m in g]
+    deadline = time.monotonic() + deadline_s + MARGIN_S
+    results: dict[str, dict[str, Any]] = {}
+    took: set[str] = set()
+    while True:
+        for name in members:
+            if name not in took and store.check([keys.took(step.number, ranks[name])]):
+                took.add(name)
+            if name not in results:
+                value = _get(store, keys.result(step.number, ranks[name]))
+                if _is_result(value):
+                    results[name] = value
+                    took.add(name)
+        left = [n for n in members if n not in results]
+        if not left or time.monotonic() >= deadline:
+            break
+        _wait(store, [keys.result(step.number, ranks[left[0]])], 0.5)
+    return [_group_test(step.number, g, results, took) for g in step.groups]
+
+
+def _group_test(
+    number: int, group: tuple[str, ...], results: Mapping[str, dict[str, Any]], took: set[str]
+) -> GroupTest:
+    absent = tuple(m for m in group if m not in took)
+    if absent:
+        return GroupTest(number, group, "absent", absent=absent)
+    mine = [results.get(m) for m in group]
+    inits = [r["init_s"] for r in mine if r and isinstance(r.get("init_s"), (int, float))]
+    init = max(inits) if inits else None
+    late = [m for m, r in zip(group, mine, strict=True) if r is None or r["status"] == "timeout"]
+    errors = [f"{m}: {r['error']}" for m, r in zip(group, mine, strict=True)
+              if r and r["status"] == "error"]  # fmt: skip
+    if errors:
+        return GroupTest(number, group, "error", init_s=init, detail="; ".join(errors)[:500])
+    if late:
+        detail = f"{', '.join(late)} passed the group's deadline"
+        return GroupTest(number, group, "timeout", init_s=init, detail=detail)
+    return GroupTest(number, group, "ok", _rates(group, mine), init_s=init)
+
+
+def _rates(
+    group: tuple[str, ...], results: Sequence[dict[str, Any] | None]
+) -> tuple[SizeRate, ...]:
+    """busbw per size from the slowest member's time, as nccl-tests combines ranks' times."""
+    seconds: dict[int, float] = {}
+    for result in results:
+        for size, s in (result or {}).get("seconds", []):
+            seconds[size] = max(seconds.get(size, 0.0), s)
+    n = len(group)
+    factor = 2 * (n - 1) / n
+    return tuple(
+        SizeRate(size, round(size / 1e9 / s * factor, 4))
+        for size, s in sorted(seconds.items())
+        if s > 0
+    )
+
+
+def _is_result(value: Any) -> bool:
+    if not isinstance(value, dict) or value.get("status") not in ("ok", "error", "timeout"):
+        return False
+    rows = value.get("seconds")
+    if not isinstance(rows, list) or len(rows) > len(grouptest.SIZES):
+        return False
+    if not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and 0 < r[0] <= 1 << 40
+        and isinstance(r[1], (int, float)) and r[1] >= 0
+        for r in rows
+    ):  # fmt: skip
+        return False
+    value["error"] = str(value.get("error", ""))[: grouptest.ERROR_CHARS]
+    return value.get("init_s") is None or isinstance(value["init_s"], (int, float))
+
+
+# -- the store --------------------------------------------------------------------------------------
+def _get(store: Any, key: str) -> Any:
+    """The JSON value at ``key``, None when unset, too big or not JSON."""
+    try:
+        if not store.check([key]):
+            return None
+        raw = store.get(key)
+    except Exception:  # the store went away: as good as unset, the deadline decides
+        return None
+    if len(raw) > MAX_VALUE_BYTES:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _wait_value(store: Any, key: str, deadline: float) -> Any:
+    while True:
+        value = _get(store, key)
+        if value is not None or time.monotonic() >= deadline:
+            return value
+        _wait(store, [key], min(1.0, max(0.05, deadline - time.monotonic())))
+
+
+def _wait(store: Any, keys: list[str], seconds: float) -> None:
+    """Until the keys are set or ``seconds``; a store that fails at once must not spin."""
+    end = time.monotonic() + seconds
+    try:
+        store.wait(keys, timedelta(seconds=seconds))
+    except Exception:  # timed out (DistStoreError), or the store is gone
+        time.sleep(max(0.0, end - time.monotonic()))
+
+
+def own_client(me: Member, timeout_s: float) -> Any:
+    """A store client of the master's own for its member thread: one client is not shared
+    between threads."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(me.master, me.port, is_master=False, timeout=timedelta(seconds=timeout_s))

@@ -1,0 +1,105 @@
+"""The isolation rounds through a real store: the master's decision, what members write, and a
+whole run of rounds among nodes played by threads of this process (real gloo groups on lo)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from nccldoctor.cluster.isolate import rounds
+from nccldoctor.cluster.isolate.scheduler import Round
+from nccldoctor.facts.isolation import Isolation
+from tests.ports import free_port
+
+
+def test_auto_isolates_when_the_all_node_run_failed_or_a_node_said_nothing() -> None:
+    ok = {"ok": True, "why": ""}
+    plan = rounds.should_isolate(
+        "auto", {"a": ok, "b": {"ok": False, "why": "rank 1 stuck"}, "c": None}, {}
+    )
+    assert (
+        plan.run
+        and plan.why == "the all-node run failed on b; c never said how the all-node run went"
+    )
+    assert not rounds.should_isolate("auto", {"a": ok, "b": ok, "c": ok}, {}).run
+    assert (
+        rounds.should_isolate("always", {"a": ok, "b": ok, "c": ok}, {}).why == "--isolate always"
+    )
+    assert not rounds.should_isolate("never", {"a": None}, {}).run
+
+
+def test_auto_isolates_when_one_node_s_link_is_far_slower_than_the_others() -> None:
+    ok = {"ok": True, "why": ""}
+    states = {n: ok for n in "abcd"}
+    plan = rounds.should_isolate("auto", states, {"b": 9.4, "c": 9.9, "d": 0.1})
+    assert (
+        plan.run and plan.why == "TCP to the master: d 0.10 Gbit/s, the others' median 9.40 Gbit/s"
+    )
+    assert not rounds.should_isolate("auto", states, {"b": 9.4, "c": 5.0, "d": 7.0}).run
+    assert not rounds.should_isolate("auto", states, {"b": 9.4, "d": 0.1}).run  # two: no median
+
+
+def test_a_group_is_judged_by_its_slowest_member_and_its_worst_end() -> None:
+    ok = {"status": "ok", "init_s": 0.1, "seconds": [[1 << 20, 0.01], [8 << 20, 0.1]], "error": ""}
+    slow = {**ok, "seconds": [[1 << 20, 0.02], [8 << 20, 0.4]], "init_s": 0.3}
+    test = rounds._group_test(2, ("a", "b"), {"a": ok, "b": slow}, {"a", "b"})
+    assert test.status == "ok" and test.init_s == 0.3
+    assert [(r.size_bytes, r.busbw_GBps) for r in test.rates] == [
+        (1 << 20, 0.0524),
+        (8 << 20, 0.021),
+    ]
+    error = {**ok, "status": "error", "error": "RuntimeError: Connection reset by peer"}
+    assert rounds._group_test(2, ("a", "b"), {"a": ok, "b": error}, {"a", "b"}).detail == (
+        "b: RuntimeError: Connection reset by peer"
+    )
+    late = rounds._group_test(2, ("a", "b"), {"a": ok}, {"a", "b"})
+    assert (late.status, late.detail) == ("timeout", "b passed the group's deadline")
+    gone = rounds._group_test(2, ("a", "b"), {"a": ok}, {"a"})
+    assert (gone.status, gone.absent) == ("absent", ("b",))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, [], {"status": "fine"}, {"status": "ok", "seconds": "x"},
+     {"status": "ok", "seconds": [[1, 2, 3]]}, {"status": "ok", "seconds": [[-1, 0.1]]},
+     {"status": "ok", "seconds": [[1, 0.1]] * 9}, {"status": "ok", "seconds": [], "init_s": "1"}],
+)  # fmt: skip
+def test_what_a_stranger_writes_as_a_result_is_no_result(value: object) -> None:
+    assert not rounds._is_result(value)
+
+
+def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path) -> None:
+    """Four nodes; node3 said how the all-node run went and then never took part: it is
+    unreachable, its partners are not blamed, and every other pair passed with numbers."""
+    from nccldoctor.meet import host_store
+
+    port = free_port()
+    store = host_store(port, 10)
+    keys = rounds.IsoKeys("nccldoctor/test")
+    names = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
+
+    def member(rank: int) -> rounds.Member:
+        return rounds.Member(names[rank], rank, "127.0.0.1", port, "gloo", "lo", 2.0)
+
+    for rank in names:
+        rounds.publish_state(store, keys, rank, rank != 1, "" if rank != 1 else "rank 1 stuck")
+    threads = [
+        threading.Thread(target=rounds.take_part,
+                         args=(rounds.own_client(member(r), 15), keys, member(r), 15), daemon=True)
+        for r in (1, 2)
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0)
+    for thread in threads:
+        thread.join(10)
+    assert isinstance(answer, Isolation) and not isinstance(answer, Round)
+    assert answer.why_run == "the all-node run failed on node1"
+    states = {v.node: v.state for v in answer.nodes}
+    assert states == {"node0": "ok", "node1": "ok", "node2": "ok", "node3": "unreachable"}
+    passed = [t for t in answer.tests if t.status == "ok"]
+    assert passed and all(t.busbw_GBps and t.busbw_GBps > 0 for t in passed)
+    assert all(len(t.rates) == 3 for t in passed)
+    assert json.loads(store.get(keys.round(answer.rounds + 1))) == {"done": True}
