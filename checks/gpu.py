@@ -44,6 +44,8 @@ def no_gpu(facts: NodeFacts) -> Problem | None:
     evidence.append(f"/dev/nvidia*: {', '.join(gpu.device_files) or 'none'}")
     evidence.append(f"torch: {gpu.torch.version or 'not installed'}")
     driver_traces = gpu.nvml_available or gpu.kernel_driver or gpu.device_files
+    if driver_traces and not gpu.nvml_read:
+        return None  # a captured tree with the driver in it: which GPUs work was NVML's to say
     if driver_traces:
         fix = (
             "The driver is there but this environment cannot use it. In a container, run it with\n"

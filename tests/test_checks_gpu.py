@@ -12,6 +12,7 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.gpu import GpuDevice, TorchCuda
 from nccldoctor.model import Finding, Severity
 from nccldoctor.probes import gpu
+from tests.hostfacts import copy_host
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -56,6 +57,23 @@ def test_no_gpu_on_a_cpu_node_is_info():
         "torch: 2.13.0+cpu",
     ]
     assert "init_process_group('gloo')" in finding.fix
+
+
+def test_no_gpu_quiet_on_a_captured_tree_with_the_driver(tmp_path):
+    """A GPU machine's captured tree (scripts/gpu_verify.py keeps one) holds the driver's files
+    but no NVML, which answers for the live machine only: no GPU is not a finding there."""
+    tree = copy_host("cpu-host", tmp_path)
+    (tree / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (tree / "proc" / "driver" / "nvidia" / "version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2025\n"
+    )
+    (tree / "dev").mkdir(exist_ok=True)
+    (tree / "dev" / "nvidia0").touch()
+    facts = NodeFacts(gpu=gpu.probe(tree, {}))
+    assert facts.gpu.kernel_driver and not facts.gpu.nvml_read
+    assert run("gpu.no-gpu", facts) == []
+    # without the driver's files a tree is a CPU node's, as it says
+    assert run("gpu.no-gpu", NodeFacts(gpu=gpu.probe(FIXTURES / "cpu-host", {})))
 
 
 def test_no_gpu_quiet_with_gpus():

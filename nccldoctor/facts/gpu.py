@@ -37,6 +37,8 @@ class TorchCuda:
 class GpuFacts:
     nvml_available: bool = False
     nvml_error: str | None = None  # why NVML could not be used (no library, no driver ...)
+    # False under a captured tree: NVML answers for this machine only, and a tree holds none
+    nvml_read: bool = True
     kernel_driver: str | None = None  # first line of /proc/driver/nvidia/version
     device_files: list[str] = field(default_factory=list)  # /dev/nvidia* entries
     driver_version: str | None = None

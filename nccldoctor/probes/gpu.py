@@ -31,6 +31,7 @@ def probe(root: Path, env: Mapping[str, str], nvml: Any = None) -> GpuFacts:
     facts.device_files = [f"/dev/{n}" for n in list_dir(root, "/dev") if n.startswith("nvidia")]
     if nvml is None and not is_live(root):
         facts.nvml_error = f"not read: {root} is a captured tree, not this machine"
+        facts.nvml_read = False
     else:
         try:
             nvml = nvml if nvml is not None else _default_nvml()
