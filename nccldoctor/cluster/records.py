@@ -7,7 +7,8 @@ circle.
   verdict orders stopped ranks by them.
 - What a worker tells its agent as it goes: each line of its ``events.jsonl``
   (:class:`WorkerEvent`); and the rows of the report's ``phases`` (:class:`PhaseRow`), the agent's
-  own phases' and each rank's, which the node report holds.
+  own phases' and each rank's, which the node report holds with what the workers came to
+  (:class:`WorkersSeen`).
 - What crosses node ↔ master: a node's hello at the master's gate (:class:`Hello`, the gate's
   record of it), its entry on the store (:class:`NodeEntry`), the world the master plans from
   the entries (:class:`World`); the merge and the ``world`` rules read them.
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from nccldoctor.facts.ranks import RankOutcome, RankResult
 from nccldoctor.facts.serde import from_dict
 from nccldoctor.jsondoc import parse
 
@@ -119,6 +121,16 @@ class PhaseRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status.value}  # the plain string, not the enum
+
+
+@dataclass
+class WorkersSeen:
+    """What this node's workers came to, as its agent read their folders: each rank's outcome,
+    its phase rows and the result it wrote (none when it wrote none)."""
+
+    ranks: list[RankOutcome] = field(default_factory=list)
+    phases: list[PhaseRow] = field(default_factory=list)
+    results: dict[int, RankResult] = field(default_factory=dict)
 
 
 # How a worker's own phase watch ends its error when a phase outlived its deadline: the rank was

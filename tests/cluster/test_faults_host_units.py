@@ -182,7 +182,7 @@ def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report(
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")], ranks=[])
+    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")])
     run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port)) is True
     (f,) = run_checks("run", run.observed, node=run.node)
@@ -201,7 +201,7 @@ def test_a_master_whose_store_answers_is_not_lost():
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")], ranks=[])
+    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")])
     run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port), client) is False
     assert client.timeout.total_seconds() == 10.0  # the ping's own deadline is put back

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from nccldoctor.cluster.agent.launcher import Launched
-from nccldoctor.cluster.agent.outcomes import worker_sections
+from nccldoctor.cluster.agent.outcomes import workers_seen
 from nccldoctor.cluster.agent.watchdog import GRACE_S, watch_ranks
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.timeouts import Timeouts
@@ -61,7 +61,8 @@ def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path
     assert r.stuck.startswith("still in barrier after") and "budget 1 s" in r.stuck
     assert "waiting_in_the_collective" in r.stacks
     assert launched.proc.poll() is not None  # ended by the watchdog
-    ranks, phases, _ = worker_sections(watch)
+    seen = workers_seen(watch)
+    ranks, phases = seen.ranks, seen.phases
     assert ranks[0].state is OutcomeState.STUCK and ranks[0].phase_reached == "barrier"
     assert phases[0].status == "timeout"
 
@@ -78,7 +79,8 @@ def test_a_rank_that_ends_is_not_stuck(tmp_path):
     watch = watch_ranks([launched], "A", Timeouts(), "gloo", poll_s=0.2)
     (r,) = watch.ranks
     assert (r.stuck, r.exit_code, watch.stuck_reason) == (None, 0, None)
-    ranks, phases, results = worker_sections(watch)
+    seen = workers_seen(watch)
+    ranks, phases, results = seen.ranks, seen.phases, seen.results
     assert ranks[0].state is OutcomeState.FAILED  # exit 0 without a result.json is no success
     assert phases[0].status == "ok" and results == {}
 
@@ -97,6 +99,6 @@ def test_a_nccl_log_deleted_mid_run_leaves_the_rank_stuck_not_the_agent_crashed(
     nccl_log.write_text("host:1:1 [0] NCCL INFO Bootstrap: Using eth0:198.18.0.2<0>\n")
     threading.Timer(0.5, nccl_log.unlink).start()
     watch = watch_ranks([launched], "A", Timeouts(barrier=1, heartbeat=30), "gloo", poll_s=0.2)
-    ranks, _, _ = worker_sections(watch)
+    ranks = workers_seen(watch).ranks
     assert ranks[0].state is OutcomeState.STUCK and ranks[0].last_nccl_lines == ()
     assert nccl_section(ranks) == (None, [])

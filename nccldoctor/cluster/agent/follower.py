@@ -29,6 +29,7 @@ from nccldoctor.cluster.agent.phases.report import VERDICT_MARGIN_S
 from nccldoctor.cluster.agent.state import Progress
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis.node_report import NodeRun, build_node_report
+from nccldoctor.cluster.records import WorkersSeen
 from nccldoctor.cluster.torchstart import preload_torch, quiet_omp
 from nccldoctor.cluster.worker import rank as worker_rank
 from nccldoctor.cluster.worker.config import WorkerConfig
@@ -150,9 +151,9 @@ def _own_report(
     done = ""
     if spec is not None:
         result = load_result(launcher.rank_dir(spec, me.rank))
-        run.run_id, run.workers_started = spec.run_id, True
+        run.run_id, run.workers = spec.run_id, WorkersSeen()
         if result is not None:
-            run.worker_results = {me.rank: result}
+            run.workers.results[me.rank] = result
             done = f"; its own worker phases ended with exit code {result.exit_code}"
     run.aborted = f"rank {me.rank} (local rank {me.local_rank} on {node}): {why}{done}"
     report = build_node_report(run, config, command, time.monotonic() - started)

@@ -105,9 +105,9 @@ class NodeAgent:
         self._stopping = True
         try:
             watchdog.stop(state.launched)
-            if state.launched and not run.ranks:  # interrupted while watching the workers
+            if state.launched and run.workers is None:  # interrupted while watching them
                 watch = watchdog.observe(state.launched, run.node, str(run.aborted))
-                run.ranks, run.rank_phases, run.worker_results = outcomes.worker_sections(watch)
+                run.workers = outcomes.workers_seen(watch)
             shown, path = report.run(state)
             if state.leader:  # the node's other processes show this report and exit with it
                 code = shown.exit_code if state.verdict is None else state.verdict

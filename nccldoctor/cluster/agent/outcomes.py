@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from nccldoctor.cluster.agent.watchdog import RankWatch, WatchResult
-from nccldoctor.cluster.records import WORKER_DEADLINE, EventStatus, PhaseRow, PhaseStatus
+from nccldoctor.cluster.records import (
+    WORKER_DEADLINE,
+    EventStatus,
+    PhaseRow,
+    PhaseStatus,
+    WorkersSeen,
+)
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome, RankResult
 
 
@@ -72,14 +78,14 @@ def rank_phases(watch: RankWatch) -> list[PhaseRow]:
     return rows
 
 
-def worker_sections(
-    watch: WatchResult,
-) -> tuple[list[RankOutcome], list[PhaseRow], dict[int, RankResult]]:
-    """(ranks rows, phases rows, result.json by rank) of one node."""
+def workers_seen(watch: WatchResult) -> WorkersSeen:
+    """What this node's workers came to: their outcomes, phase rows and results."""
     results = {r.rank: load_result(r.launched.rank_dir) for r in watch.ranks}
-    ranks = [rank_row(r, results[r.rank]) for r in watch.ranks]
-    phases = [row for r in watch.ranks for row in rank_phases(r)]
-    return ranks, phases, {k: v for k, v in results.items() if v is not None}
+    return WorkersSeen(
+        ranks=[rank_row(r, results[r.rank]) for r in watch.ranks],
+        phases=[row for r in watch.ranks for row in rank_phases(r)],
+        results={k: v for k, v in results.items() if v is not None},
+    )
 
 
 def _read(path: Path) -> str | None:

@@ -11,9 +11,9 @@ from checks import all_checks, run_checks, run_node_checks
 from checks.linkrates import link_budget
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
-from nccldoctor.cluster.records import PhaseRow, World
+from nccldoctor.cluster.records import PhaseRow, WorkersSeen, World
 from nccldoctor.facts import NetworkFacts, NodeFacts
-from nccldoctor.facts.ranks import RankOutcome, RankResult
+from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import AreaState, Finding, Severity
 from nccldoctor.report import Report
@@ -34,10 +34,7 @@ class NodeRun:
     world: World | None = None
     node_rank: int | None = None
     tcp_gbps: float | None = None
-    ranks: list[RankOutcome] = field(default_factory=list)
-    rank_phases: list[PhaseRow] = field(default_factory=list)
-    worker_results: dict[int, RankResult] = field(default_factory=dict)
-    workers_started: bool = False
+    workers: WorkersSeen | None = None  # None: they never started
     cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
     aborted: str | None = None
     lost: list[str] = field(default_factory=list)  # sentences: nodes this one outlived
@@ -47,6 +44,10 @@ class NodeRun:
 
     def __post_init__(self) -> None:
         self.observed = RunObserved(self.node, self.port)
+
+    @property
+    def ranks(self) -> list[RankOutcome]:
+        return self.workers.ranks if self.workers else []
 
     def rename(self, name: str) -> None:
         """The world's name for this node (its hostname with its node rank, when another
@@ -89,7 +90,8 @@ def build_node_report(
     findings = [f for f in run.findings if f.id not in rejudged] + (
         run_node_checks(run.facts, only=rejudged) if run.facts else []
     )
-    findings += verdict.worker_findings(run.ranks, run.worker_results, run.lost)
+    by_rank = run.workers.results if run.workers else {}
+    findings += verdict.worker_findings(run.ranks, by_rank, run.lost)
     nccl, nccl_findings = nccl_section(run.ranks)
     findings += nccl_findings
     flight_recorder, fr_findings = flight_recorder_section(run.ranks)
@@ -113,7 +115,7 @@ def build_node_report(
     elif not run.ranks:
         state["run"] = AreaState.NOT_MEASURED
     bandwidth = results.bandwidth_section(
-        run.worker_results, world.backend if world else "", world.world_size if world else 0
+        by_rank, world.backend if world else "", world.world_size if world else 0
     )
     if run.tcp_gbps is not None:
         bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp_gbps, 3)
@@ -126,17 +128,19 @@ def build_node_report(
         nodes=[run.facts] if run.facts else [],
         findings=findings,
         command=list(command),
-        completed=run.workers_started and not run.aborted,
+        completed=run.workers is not None and not run.aborted,
         area_status=status,
         area_state=state,
         extra={
-            "phases": [row.to_dict() for row in (*run.phases, *run.rank_phases)],
+            "phases": [
+                row.to_dict() for row in (*run.phases, *(run.workers.phases if run.workers else ()))
+            ],
             "bandwidth": bandwidth,
             "ranks": [r.to_dict() for r in run.ranks],
             "hang": verdict.hang_section(
                 run.ranks, run.lost, *causes.verdict_args(cause), lost_of=MASTER_LOST
             ),
-            "mnist": results.mnist_section(run.worker_results),
+            "mnist": results.mnist_section(by_rank),
             "nccl": nccl,
             "flight_recorder": flight_recorder,
             "cluster": merge.cluster_section(config.master, world, {}),

@@ -30,7 +30,6 @@ def run(state: AgentState) -> PhaseEnd:
         node=run.node,
         out=state.node_dir,
     )
-    run.workers_started = True
     if c.local is None:
         state.launched = launcher.launch(spec, state.env, fork=_can_fork(state))
     else:
@@ -38,7 +37,7 @@ def run(state: AgentState) -> PhaseEnd:
     watch = watchdog.watch_ranks(
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress
     )
-    run.ranks, run.rank_phases, run.worker_results = outcomes.worker_sections(watch)
+    run.workers = outcomes.workers_seen(watch)
     bad = [r for r in run.ranks if not r.ok]
     if watch.stuck_reason:
         return PhaseEnd(watch.stuck_reason, PhaseStatus.TIMEOUT)
