@@ -191,7 +191,7 @@ def test_garbage_and_deep_nesting_are_ignored(server):
 def test_names_from_a_peer_are_printable_and_short(server):
     hello(server, node="\x1b]0;owned\x07" + "n" * 1000)
     (seen,) = server.snapshot()
-    assert seen.node == "]0;owned" + "n" * (gate.NAME_CHARS - 10)
+    assert seen.node == "]0;owned" + "n" * (wire.NAME_CHARS - 10)
 
 
 def test_knocks_past_the_expected_nodes_are_counted_not_kept(server):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-import math
 import os
 import secrets
 import select
@@ -40,8 +39,8 @@ from nccldoctor.cluster.agent.reach import connect_once
 from nccldoctor.cluster.agent.wire import (
     IO_TIMEOUT,
     MAX_LINE,
+    Request,
     read_line,
-    request_line,
     send,
 )
 from nccldoctor.cluster.config import CheckConfig
@@ -52,8 +51,6 @@ from nccldoctor.facts.world import HelloFlood
 MESSAGE_S = 5.0  # for the whole request line: a client sending a byte a second holds nothing
 MAX_CLIENTS = 128  # connections served at once (a thread each)
 PER_PEER = 16  # of them from one address: one host cannot take every slot
-NAME_CHARS = 255  # a host name's limit
-NOTE_CHARS = 2000
 REFUSED_KEPT = 16  # refused knocks kept one by one (a finding each); the rest are counted
 KNOCK_SLACK = 4  # knocks kept beyond the expected nodes: a second master, a retried hello
 KNOCKS_UNKNOWN = 4096  # knocks kept when the node count is not known
@@ -197,35 +194,32 @@ class Gate:
             self._release(peer)
 
     def _answer(self, conn: socket.socket, peer: str) -> None:
-        request = request_line(read_line(conn, time.monotonic() + MESSAGE_S))
+        request = Request.from_line(read_line(conn, time.monotonic() + MESSAGE_S))
         if request is None:
             return
-        node = _name(request.get("node"))
-        if not self._token_ok(request.get("token")):
+        node = request.node
+        if not self._token_ok(request.token):
             self._record(Hello(node, "", peer, False, self._refused, time.time()))
             send(conn, {"ok": False, "error": f"refused: {REFUSED}"})
             return
-        op = request.get("op")
+        op = request.op
         if op == "hello":
-            self._record(Hello(node, _name(request.get("advertised")), peer, True, "", time.time()))
+            self._record(Hello(node, request.advertised, peer, True, "", time.time()))
             reply = {"ok": True, "run_id": self._run_id, "seen": peer, "t": time.time()}
             send(conn, {**reply, "probe_port": self.probe_port})
         elif op == "whoami":
             send(conn, {"ok": True, "nonce": self.nonce})
         elif op == "note":
-            self._note(node, peer, _text(request.get("error"), NOTE_CHARS))
+            self._note(node, peer, request.error)
         elif op == "dial":
-            port, seconds = (
-                request.get("port"),
-                _seconds(request.get("seconds"), self._limits.dial_s),
-            )
-            if seconds is None or not _is_port(port):
+            seconds = _within(request.seconds, self._limits.dial_s)
+            if seconds is None or request.port is None:
                 send(conn, _beyond("a dial", self._limits.dial_s))
                 return
-            ok, error = dial(peer, port, seconds)
+            ok, error = dial(peer, request.port, seconds)
             send(conn, {"ok": ok, "error": error, "address": peer})
         elif op == "tcp":
-            seconds = _seconds(request.get("seconds"), self._limits.tcp_s)
+            seconds = _within(request.seconds, self._limits.tcp_s)
             if seconds is None:
                 send(conn, _beyond("a throughput probe", self._limits.tcp_s))
                 return
@@ -262,11 +256,11 @@ class Gate:
     def port(self) -> int:
         return self._sock.getsockname()[1]
 
-    def _token_ok(self, offered: object) -> bool:
+    def _token_ok(self, offered: str | None) -> bool:
         if not self._token:
             return True
         # compared as bytes: compare_digest refuses str that is not ASCII
-        return isinstance(offered, str) and hmac.compare_digest(offered.encode(), self._token)
+        return offered is not None and hmac.compare_digest(offered.encode(), self._token)
 
     def _record(self, hello: Hello) -> None:
         """Keep ``hello``, or count it: the accepted ones up to the expected nodes (and a few),
@@ -318,27 +312,9 @@ def token_origin(token_from: str) -> str:
     return token_from if token_from == "--token" else f"derived from {token_from}"
 
 
-def _name(value: object) -> str:
-    """A name a peer gave (its node, its address): printable text of a host name's length."""
-    if not isinstance(value, str):
-        return "?"
-    return _text(value, NAME_CHARS) or "?"
-
-
-def _text(value: object, limit: int) -> str:
-    return "".join(ch for ch in str(value)[:limit] if ch.isprintable())
-
-
-def _seconds(value: object, limit: float) -> float | None:
-    """A probe's duration when it is a number within (0, ``limit``], else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    seconds = float(value) if isinstance(value, float) or abs(value) < 2**53 else math.inf
-    return seconds if 0 < seconds <= limit else None
-
-
-def _is_port(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+def _within(seconds: float | None, limit: float) -> float | None:
+    """A probe's duration when it is within (0, ``limit``] (NaN is not), else None."""
+    return seconds if seconds is not None and 0 < seconds <= limit else None
 
 
 def _beyond(what: str, limit: float) -> dict:

@@ -2,20 +2,25 @@
 
 The master's gate reads what anyone who reaches its port sends (docs/design.md#gate), and its
 clients read the gate's answers, with the same bounds: a line of at most ``MAX_LINE`` bytes
-that arrives whole before its deadline. A client reads an answer as an :class:`Answer`, every
-field of its type, or not at all.
+that arrives whole before its deadline. The gate reads a request as a :class:`Request`, each
+field for what it may be (a field of another type is no value: the gate refuses what it cannot
+serve rather than failing on it); a client reads an answer as an :class:`Answer`, every field of
+its type, or not at all.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from dataclasses import dataclass
 
 from nccldoctor.facts.serde import from_dict
 
-MAX_LINE = 16 * 1024  # a hello is ~200 bytes; a note quotes one error, cut to gate.NOTE_CHARS
+MAX_LINE = 16 * 1024  # a hello is ~200 bytes; a note quotes one error, cut to NOTE_CHARS
+NAME_CHARS = 255  # a host name's limit
+NOTE_CHARS = 2000
 IO_TIMEOUT = 5.0
 # A busy gate is asked again this soon; so is one not open yet: a node whose preflight ended
 # first knocks before the master's gate is up (it opens when the master's preflight ends), and
@@ -25,6 +30,63 @@ RETRY_S = 0.1
 
 class GateBusy(OSError):
     """The gate served as many connections as it may; retrying soon will be answered."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to the gate as a peer sent it (knock.py sends them)."""
+
+    op: str = ""  # hello | whoami | note | dial | tcp
+    node: str = "?"  # printable text of a host name's length
+    token: str | None = None  # None: not text, which no token is
+    advertised: str = "?"  # hello: the address the node says it has
+    error: str = ""  # note: why the node stops, printable, cut
+    port: int | None = None  # dial: the node's port to dial back, when it is a TCP port
+    seconds: float | None = None  # dial, tcp: how long, when a number (a huge integer: inf)
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Request | None:
+        """The request ``line`` holds; None for anything but a JSON object (garbage, nesting
+        too deep)."""
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        op, token, port = data.get("op"), data.get("token"), data.get("port")
+        return cls(
+            op=op if isinstance(op, str) else "",
+            node=_name(data.get("node")),
+            token=token if isinstance(token, str) else None,
+            advertised=_name(data.get("advertised")),
+            error=_text(data["error"], NOTE_CHARS) if "error" in data else "",
+            port=port if _is_int(port) and 0 < port < 65536 else None,
+            seconds=_number(data.get("seconds")),
+        )
+
+
+def _name(value: object) -> str:
+    """A name a peer gave (its node, its address): printable text of a host name's length."""
+    if not isinstance(value, str):
+        return "?"
+    return _text(value, NAME_CHARS) or "?"
+
+
+def _text(value: object, limit: int) -> str:
+    return "".join(ch for ch in str(value)[:limit] if ch.isprintable())
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):  # one past float's exact range is longer than any budget
+        return float(value) if abs(value) < 2**53 else math.inf
+    return value if isinstance(value, float) else None
 
 
 @dataclass(frozen=True)
@@ -89,15 +151,6 @@ def read_line(conn: socket.socket, deadline: float, limit: int = MAX_LINE) -> by
             return bytes(line[:-1])
         if len(line) > limit:
             raise ValueError(f"a message longer than {limit} bytes")
-
-
-def request_line(line: bytes) -> dict | None:
-    """The JSON object of a request line; None for anything else (garbage, nesting too deep)."""
-    try:
-        request = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return request if isinstance(request, dict) else None
 
 
 def request(
