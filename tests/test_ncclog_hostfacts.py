@@ -192,3 +192,12 @@ def test_a_container_that_holds_every_rank_is_not_judged_as_one_of_several(tmp_p
     assert host.alone and not host.facts.multi_node
     assert host.facts.container.network_mode == "bridge"
     assert judge_log_network(logs) == []
+
+
+def test_a_connect_to_another_hosts_address_shows_the_job_spans_hosts():
+    """NVIDIA/nccl#1105: ps-8 (192.168.1.8) connects to 192.168.1.9: its peers are elsewhere,
+    so its Facts are judged as one node of several, not as one host alone."""
+    logs = parse_source(str(REAL / "nccl-1105-docker-host-network-no-route" / "log.txt"))
+    (host,) = log_hosts(logs)
+    assert host.facts.multi_node and not host.alone
+    assert logs.processes["ps-8:795"].connect_errors == {"192.168.1.9<54263>": "No route to"}

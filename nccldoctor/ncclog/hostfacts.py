@@ -85,14 +85,22 @@ def _listed(procs: list[ProcessLog]) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
-def _spans_hosts(logs: LogSet, procs: list[ProcessLog]) -> bool:
-    """The log shows peers on other hosts: other hosts' lines, NCCL's node count, or
-    connections NCCL made over the network."""
+def _spans_hosts(logs: LogSet, procs: list[ProcessLog], own: set[str]) -> bool:
+    """The log shows peers on other hosts: other hosts' lines, NCCL's node count, connections
+    NCCL made over the network, or a connect to an address none of this host's interfaces
+    has (``own``)."""
     if len({p.host for p in logs.processes.values()}) > 1:
         return True
     comms = [c for p in procs for c in p.comms.values()]
-    return any((c.nnodes or 0) > 1 for c in comms) or any(
-        label.startswith("NET/") for c in comms for label in c.transports
+    if any((c.nnodes or 0) > 1 for c in comms):
+        return True
+    if any(label.startswith("NET/") for c in comms for label in c.transports):
+        return True
+    targets = {t.split("<")[0] for p in procs for t in [*p.connect_errors, *p.connect_retries]}
+    return any(
+        facts and not facts["loopback"] and target.split("%")[0] not in own
+        for target in targets
+        if (facts := address_facts(target))
     )
 
 
@@ -138,7 +146,8 @@ def _host(logs: LogSet, host: str, procs: list[ProcessLog]) -> LogHost:
     env.effective = dict(env.variables)
     if "NCCL_SOCKET_IFNAME" in env.variables:
         env.socket_ifname = parse_if_list(env.variables["NCCL_SOCKET_IFNAME"])
-    facts.multi_node = _spans_hosts(logs, procs)
+    own = {a.split("%")[0] for i in net.interfaces for a in i.ipv4 + i.ipv6}
+    facts.multi_node = _spans_hosts(logs, procs, own)
     facts.local_ranks = len(procs)
     _container(facts, host)
     return LogHost(facts, _quoted(procs), not facts.multi_node and _alone(procs))
