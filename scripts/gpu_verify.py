@@ -358,6 +358,7 @@ def watch(run: Run, name: str, host_per_rank: bool, fault: str | None, hang_afte
         env["EXAMPLE_HOST_PER_RANK"] = "1"
     if fault:
         env["EXAMPLE_FAULT"] = fault
+        env["EXAMPLE_PG_TIMEOUT_S"] = "60"
     if run.mode == "cpu":
         env["EXAMPLE_STEPS"] = "4"
     argv = [sys.executable, "-m", "nccldoctor", "watch", "--out", str(out / "out"),
@@ -440,9 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             else skip(run, "dup-gpu", "needs CUDA: gloo ranks share no GPU")
         ),
         "watch-healthy": lambda: watch(run, "watch-healthy", True, None, hang_after, 150),
-        # on NCCL rank 0 waits inside CUDA's synchronize, which spins a core by default: whether
-        # watch, which takes CPU time for progress, still sees the hang is this step's question
-        "watch-stalled": lambda: watch(run, "watch-stalled", True, "stall:1:3", hang_after, 110),
+        # On NCCL rank 0 waits inside CUDA's synchronize, which spins a core by default: whether
+        # watch, which takes CPU time for progress, still sees the hang is this step's question.
+        # Where it does not, PyTorch's own watchdog ends the job at the 60 s timeout and dumps
+        # the Flight Recorder, so the archive holds real NCCL dumps either way.
+        "watch-stalled": lambda: watch(run, "watch-stalled", True, "stall:1:3", hang_after, 130),
         # last: the performance note's baseline gets what time the evidence left
         "bare": lambda: bare(run) if gpu else skip(run, "bare", "a baseline for the GPU's timings"),
     }

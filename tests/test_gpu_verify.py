@@ -205,15 +205,30 @@ def test_the_stalled_rank_is_named_and_its_dumps_agree(archive):
     assert report["watch"]["hung"] is True
     hang = next(f for f in report["findings"] if f["id"] == "watch.hang")
     assert hang["rank"] == 1 and "rank 1" in report["watch"]["verdict"]
-    # each rank's dump (fr.<pid>.pkl), its rank from the process record watch kept beside it
-    dumps = [(p, int(json.loads((run / f"proc.{p.name.split('.')[1]}.json").read_text())["rank"]))
-             for p in run.iterdir() if looks_like_dump(p.read_bytes()[:64])]  # fmt: skip
-    assert sorted(rank for _, rank in dumps) == [0, 1]
-    reading, findings = explain_dumps(dumps)
+    dumps = rank_dumps(run)
+    assert sorted(dumps) == [0, 1]
+    reading, findings = explain_dumps([(path, rank) for rank, path in dumps.items()])
     [group] = [g for g in reading["groups"] if g["divergences"]]
     assert group["divergences"][0]["missing"] == [1]  # rank 1 never issued what rank 0 waits in
     missing = next(f for f in findings if f.id == "flightrec.ranks-missing")
     assert missing.rank == 1
+
+
+def rank_dumps(run: Path) -> dict[int, Path]:
+    """Each rank's Flight Recorder dump in a watch run's folder: the one watch asked for
+    (``fr.<pid>.pkl``, the rank from the process record beside it), else the one PyTorch wrote
+    at its collective timeout (``fr_trace_rank_<rank>``, debugenv.py's TORCH_FR_DUMP_TEMP_FILE)."""
+    dumps: dict[int, Path] = {}
+    for path in sorted(run.iterdir(), key=lambda p: p.name.startswith("fr_trace_rank_")):
+        if not path.is_file() or not looks_like_dump(path.read_bytes()[:64]):
+            continue
+        if path.name.startswith("fr_trace_rank_"):
+            rank = int(path.name.removeprefix("fr_trace_rank_"))
+        else:
+            pid = path.name.split(".")[1]
+            rank = int(json.loads((run / f"proc.{pid}.json").read_text())["rank"])
+        dumps.setdefault(rank, path)
+    return dumps
 
 
 def test_the_healthy_job_passes_through_watch(archive):

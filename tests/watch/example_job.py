@@ -4,11 +4,14 @@ Launched by torchrun (or with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) on gl
 with EXAMPLE_BACKEND=nccl (rank r on GPU LOCAL_RANK modulo the GPUs here: with one GPU every rank
 is on it, which NCCL refuses as a duplicate GPU unless EXAMPLE_HOST_PER_RANK=1 makes each rank a
 host of its own to NCCL, NCCL_HOSTID, so that they talk over the network; scripts/gpu_verify.py).
-Faults for the watch tests come from EXAMPLE_FAULT="stall:<rank>:<step>" or "raise:<rank>:<step>".
+Faults for the watch tests come from EXAMPLE_FAULT="stall:<rank>:<step>" or "raise:<rank>:<step>";
+EXAMPLE_PG_TIMEOUT_S sets the process group's timeout, after which PyTorch's own watchdog ends a
+stalled NCCL job (and dumps its Flight Recorder, which watch asks for).
 """
 
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -24,7 +27,8 @@ def main() -> None:
             os.environ["NCCL_HOSTID"] = f"example-rank{os.environ['RANK']}"
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    dist.init_process_group(backend)
+    timeout = os.environ.get("EXAMPLE_PG_TIMEOUT_S")
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(timeout)) if timeout else None)
     rank = dist.get_rank()
     fault_kind, fault_rank, fault_step = os.environ.get("EXAMPLE_FAULT", "none:-1:-1").split(":")
     torch.manual_seed(0)
