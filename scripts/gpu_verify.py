@@ -15,15 +15,17 @@ the archive ``gpu-verify/`` with its output and a row in ``manifest.json``:
   over NET/Socket. The check sets NCCL_DEBUG=INFO and the subsystems with TUNING itself.
 - ``dup-gpu/``: ``nccldoctor watch`` over the example DDP job (tests/watch/example_job.py:
   Linear(784,10), DistributedSampler, SGD) with two ranks of one node on one GPU: NCCL's
-  duplicate-GPU error, and the watch report's finding for it (on CPU: a healthy gloo job).
+  duplicate-GPU error, and the watch report's finding for it (skipped on CPU: gloo ranks share
+  no GPU).
 - ``watch-healthy/``, ``watch-stalled/``: the same job, each rank a host of its own to NCCL,
-  healthy, then with rank 1 stalled at step 3: the hung rank named, the Flight Recorder dumps
-  collected and matched.
+  healthy, then with rank 1 stalled at step 3 (and a 60 s process-group timeout): the hung rank
+  named, the Flight Recorder dumps collected and matched.
 - ``bare/``: the job's shape without nccldoctor (init, allreduce, one DDP step), timed: the
-  baseline of the check's wall time.
+  baseline of the check's wall time (skipped on CPU).
 
 Every step has a deadline inside the whole run's budget (``--budget-s``); a step that runs out
-is killed and recorded, the next still runs, and the archive is always written.
+gets SIGTERM, then SIGKILL, and is recorded; the next still runs, and the archive is always
+written.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ MIN_STEP_S = 25.0  # a step started with less would be stopped before it showed 
 STOP_GRACE_S = 20.0  # a stopped check or watch writes its report (watch: the job's 10 s included)
 
 BARE_JOB = """
-import os, sys, time
+import os, sys
 from datetime import timedelta
 import torch, torch.distributed as dist
 backend, rank = sys.argv[1], int(os.environ["RANK"])
