@@ -18,7 +18,7 @@ from nccldoctor.units import format_bytes
 # banner key -> heading; the key is also the CSS class of the HTML banner.
 BANNERS = {
     "healthy": "Healthy",
-    "warnings": "Healthy, with warnings",
+    "warnings": "Warnings",
     "problems": "Problems found",
     "hang": "Hang",
     "incomplete": "Could not run",

@@ -43,7 +43,7 @@ def test_rerender_writes_html_and_junit_and_exits_with_the_verdict(
         "Healthy",
         "Problems found",
         "Hang",
-        "Healthy, with warnings",
+        "Warnings",
     )
 
 
