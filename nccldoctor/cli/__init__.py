@@ -2,7 +2,8 @@
 
 # One sentence in every command's --help; the codes are report.document's EXIT_*.
 EXIT_CODES = (
-    "Exit codes: 0 healthy (warnings included), 1 problems found, 2 usage error, 3 the run could "
-    "not complete. watch passes the job's own exit code through, and exits 3 when it ended a hung "
-    "job."
+    "Exit codes: 0 healthy (warnings included), 1 problems found (for check: a faulty node or "
+    "link the isolation rounds named among them), 2 usage error, 3 the run could not complete "
+    "(check could not run, or a node's report is missing). watch passes the job's own exit code "
+    "through, and exits 3 when it ended a hung job."
 )

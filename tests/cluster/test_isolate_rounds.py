@@ -103,3 +103,38 @@ def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path)
     assert passed and all(t.busbw_GBps and t.busbw_GBps > 0 for t in passed)
     assert all(len(t.rates) == 3 for t in passed)
     assert json.loads(store.get(keys.round(answer.rounds + 1))) == {"done": True}
+
+
+def test_a_node_that_dies_after_a_round_is_unreachable_from_the_round_it_missed(tmp_path) -> None:
+    from nccldoctor.meet import host_store
+
+    port = free_port()
+    store = host_store(port, 10)
+    keys = rounds.IsoKeys("nccldoctor/dies")
+    names = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
+
+    def member(rank: int) -> rounds.Member:
+        return rounds.Member(names[rank], rank, "127.0.0.1", port, "gloo", "lo", 2.0)
+
+    for rank in names:
+        rounds.publish_state(store, keys, rank, rank != 1, "" if rank != 1 else "rank 1 stuck")
+    dead = threading.Event()
+
+    def die_after_round_one() -> None:  # node3 stops once it took its place in round 1
+        watcher = rounds.own_client(member(0), 15)
+        watcher.wait([keys.took(1, 3)])
+        dead.set()
+
+    threads = [threading.Thread(target=die_after_round_one, daemon=True)] + [
+        threading.Thread(target=rounds.take_part, daemon=True,
+                         args=(rounds.own_client(member(r), 15), keys, member(r), 15,
+                               dead if r == 3 else None))
+        for r in (1, 2, 3)
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0)
+    assert isinstance(answer, Isolation)
+    node3 = next(v for v in answer.nodes if v.node == "node3")
+    assert node3.state == "unreachable" and "after taking part in round(s) 0, 1" in node3.why
+    assert {v.node for v in answer.culprits} == {"node3"} and not answer.links

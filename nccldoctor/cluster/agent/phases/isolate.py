@@ -41,8 +41,13 @@ def run(state: AgentState) -> PhaseEnd:
     if run.is_master:
         names = {n.node_rank: n.name for n in world.nodes}
         tcp = state.gate.tcp_gbps if state.gate else {}
-        answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
-                                   c.timeouts.exit_barrier, state.progress)  # fmt: skip
+        try:
+            answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
+                                       c.timeouts.exit_barrier, state.progress)  # fmt: skip
+        except Exception as exc:  # torch's store errors; the report says what was not decided
+            return PhaseEnd(
+                f"the rounds stopped: {type(exc).__name__}: {exc}"[:300], PhaseStatus.FAIL
+            )
         if isinstance(answer, rounds.Plan):
             return PhaseEnd.skipped(answer.why)
         state.isolation = answer
@@ -53,7 +58,10 @@ def run(state: AgentState) -> PhaseEnd:
     plan = rounds.wait_plan(state.store, keys, c.timeouts.exit_barrier + rounds.MARGIN_S)
     if plan is None or not plan.run:
         return PhaseEnd.skipped(plan.why if plan else "no plan came from the master")
-    notes = rounds.take_part(state.store, keys, me, round_wait)
+    try:
+        notes = rounds.take_part(state.store, keys, me, round_wait)
+    except Exception as exc:  # the master's store went away mid-round: its report says why
+        return PhaseEnd(f"the rounds stopped: {type(exc).__name__}: {exc}"[:300], PhaseStatus.FAIL)
     return PhaseEnd("; ".join(notes) or "took part in the rounds")
 
 
