@@ -1,0 +1,61 @@
+"""`srun -N8 nccldoctor check` on the lab's real Slurm, one node's link rate-limited: the task
+that hosts the master schedules the isolation rounds, every task takes its place in them, and
+srun exits with the cluster's verdict naming the slow node. No flag tells the check the master,
+the node count or the ranks: Slurm's variables do."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nccldoctor.lab.slurm import SlurmLab, slurm_possible
+from tests.cluster.test_check_netns import WAIT
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+NODES = 8
+ARGS = ["--timeout", str(WAIT), "--phase-timeout", "bandwidth_budget=2",
+        "--phase-timeout", "exit_barrier=40", "--phase-timeout", "isolate_group=6"]  # fmt: skip
+
+
+@pytest.fixture
+def slurm8(tmp_path: Path) -> Iterator[SlurmLab]:
+    if not slurm_possible():
+        pytest.skip("needs root, ip netns and slurm-wlm + munge (scripts/setup-tests.sh)")
+    lab = SlurmLab(NODES, tmp_path / "slurm", prefix=f"198.18.{20 + secrets.randbelow(200)}")
+    try:
+        yield lab.build()
+    finally:
+        lab.close()
+
+
+def test_srun_n8_names_the_rate_limited_node(slurm8, tmp_path):
+    slow = slurm8.compute[5]
+    slurm8.net.exec(slow, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit",
+                    "burst", "256kb", "latency", "400ms")  # fmt: skip
+    out = tmp_path / "out"
+    argv = ["srun", f"-N{NODES}", "--label", "python", "-m", "nccldoctor", "check",
+            "--out", str(out), *ARGS]  # fmt: skip
+    proc = slurm8.popen(argv, slurm8.env(os.environ), cwd=tmp_path, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == 1, err[-3000:]  # srun passes on the tasks' verdict: a culprit
+    path = next(p for p in out.glob("*/*/check-cluster.json") if p.parent.name != "latest")
+    report = json.loads(path.read_text())
+    isolation = report["isolation"]
+    assert "TCP to the master: node5" in isolation["why"]  # auto: its link is far slower
+    assert {v["node"]: v["state"] for v in isolation["nodes"] if v["state"] != "ok"} == {
+        "node5": "slow"
+    }
+    (finding,) = [f for f in report["findings"] if f["id"] == "isolation.node-slow"]
+    assert finding["node"] == "node5" and "check its link speed and cable" in finding["title"]
