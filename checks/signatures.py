@@ -6,7 +6,7 @@ the source/issue references. This module loads and validates them once and match
 
 - Load-time validation rejects an unknown key, category, severity or source, a regex that does not
   compile, a title placeholder that is not a named group, and a prefilter that a match of the
-  pattern would not necessarily contain (checked on the parsed regex, see ``_implied``).
+  pattern would not necessarily contain (checked on the parsed regex, see ``checks.literals.implied``).
 - ``match_line`` first runs ONE combined regex (a trie of each prefilter's rarest tail, so any line
   containing a prefilter passes); a line that passes none (nearly every line of a healthy log)
   costs that single search. Only when it hits are the individual prefilters and regexes tried.
@@ -28,6 +28,7 @@ from re import _parser as sre_parse  # the stdlib regex parser (module sre_parse
 from typing import Any
 
 from checks import Problem
+from checks.literals import gate_literal, implied, mandatory_runs, trie_regex
 from nccldoctor.model import CATEGORIES, Severity
 from nccldoctor.units import format_seconds
 
@@ -133,7 +134,7 @@ class SignatureMatcher:
     def __init__(self, signatures: tuple[Signature, ...]) -> None:
         # sorted() is stable: ties keep file order
         self.signatures: tuple[Signature, ...] = tuple(sorted(signatures, key=lambda s: -s.weight))
-        self._gate = re.compile(_trie_regex({_gate_literal(sig.prefilter) for sig in signatures}))
+        self._gate = re.compile(trie_regex({gate_literal(sig.prefilter) for sig in signatures}))
         self._compiled: dict[str, re.Pattern[str]] = {}
 
     def gate(self, text: str) -> bool:
@@ -162,50 +163,6 @@ class SignatureMatcher:
                 groups = {k: v for k, v in m.groupdict().items() if v is not None}
                 found.append(SignatureMatch(sig, groups))
         return found
-
-
-# Characters ordered from most to least frequent in healthy NCCL INFO output (measured on the
-# bench/signatures.py corpus). The gate looks for each prefilter's tail starting at its rarest
-# character: sre skips positions whose character starts no gate literal, so rare first characters
-# make the gate ~3x faster. Any substring of a prefilter is a correct gate; this only tunes speed.
-_FREQUENT_CHARS = " 01noea.4:C7tNd-I/[]s2clri9LmO5F86Bf3|pg>Rku,xhbvAETDU_MSPy=<G{};wH()"
-_GATE_MIN = 8
-
-
-def _gate_literal(prefilter: str) -> str:
-    """The tail of ``prefilter``'s longest run without digits that starts at its rarest
-    character (at least 8 characters). Without digits, the gate is blind to them: the parser
-    asks it once per shape of a line (its digits as 0, ncclog/parser.py)."""
-    prefilter = max(re.split(r"[0-9]+", prefilter), key=len)
-    if len(prefilter) <= _GATE_MIN:
-        return prefilter
-
-    def rarity(char: str) -> int:
-        index = _FREQUENT_CHARS.find(char)
-        return len(_FREQUENT_CHARS) if index < 0 else index
-
-    start = min(range(len(prefilter) - _GATE_MIN + 1), key=lambda i: (-rarity(prefilter[i]), i))
-    return prefilter[start:]
-
-
-def _trie_regex(words: set[str]) -> str:
-    """One regex matching any of ``words``, with common prefixes merged: sre then decides at each
-    position from the first character which few alternatives to try (about 2x faster than a flat
-    alternation of 90 literals in bench/signatures.py)."""
-    trie: dict[str, dict] = {}
-    for word in words:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-
-    def emit(node: dict[str, dict]) -> str:
-        if "" in node:  # a whole word ends here: the gate needs no more (longer words imply it)
-            return ""
-        alternatives = [re.escape(c) + emit(child) for c, child in sorted(node.items())]
-        return alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})"
-
-    return emit(trie) or r"(?!)"
 
 
 def load_signatures(text: str) -> tuple[Signature, ...]:
@@ -272,8 +229,8 @@ def _build(entry: dict[str, Any], fragments: dict[str, str], where: str) -> Sign
         raise SignatureError(f"{where}: pattern does not compile: {exc}") from exc
     if tree.state.flags & (re.IGNORECASE | re.VERBOSE):
         raise SignatureError(f"{where}: inline flags (?i)/(?x) are not allowed")
-    runs, branches = _runs(tree)  # walked once for the prefilter test and the weight
-    if not _implied(runs, branches, entry["prefilter"]):
+    runs, branches = mandatory_runs(tree)  # walked once for the prefilter test and the weight
+    if not implied(runs, branches, entry["prefilter"]):
         raise SignatureError(
             f"{where}: prefilter {entry['prefilter']!r} is not literal text that every match "
             "of the pattern contains"
@@ -316,59 +273,6 @@ def _expand(pattern: str, fragments: dict[str, str], where: str) -> str:
         return fragments[m[1]]
 
     return _FRAGMENT.sub(fragment, pattern)
-
-
-# --- what a regex always contains -------------------------------------------------------------
-# Walk the parsed regex (sre's tree). A "run" is text made of consecutive LITERAL nodes that every
-# match contains; zero-width assertions do not break a run. A prefilter is implied when it lies in
-# such a run, or in every alternative of a branch that every match passes through.
-
-
-_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT)
-
-
-def _runs(items: Any) -> tuple[list[str], list[Any]]:
-    """The mandatory literal runs of a sequence, and its mandatory sub-branches."""
-    runs: list[str] = []
-    branches: list[Any] = []
-    current: list[str] = []
-
-    def flush() -> None:
-        if current:
-            runs.append("".join(current))
-            current.clear()
-
-    def walk(seq: Any) -> None:
-        for op, av in seq:
-            if op is sre_parse.LITERAL:
-                current.append(chr(av))
-            elif op is sre_parse.SUBPATTERN:
-                walk(av[-1])  # a plain group is mandatory: its text continues the run
-            elif op is sre_parse.AT:
-                continue
-            elif op in _REPEATS and av[0] >= 1:
-                flush()
-                inner_runs, inner_branches = _runs(av[2])
-                runs.extend(inner_runs)
-                branches.extend(inner_branches)
-            elif op is sre_parse.BRANCH:
-                flush()
-                branches.append(av[1])
-            else:
-                flush()
-
-    walk(items)
-    flush()
-    return runs, branches
-
-
-def _implied(runs: list[str], branches: list[Any], literal: str) -> bool:
-    """Whether ``literal`` is in every match of a sequence whose mandatory runs and branches
-    (``_runs``) these are."""
-    return any(literal in run for run in runs) or any(
-        all(_implied(*_runs(alternative), literal) for alternative in alternatives)
-        for alternatives in branches
-    )
 
 
 @functools.cache
