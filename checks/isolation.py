@@ -25,7 +25,7 @@ _NODE_FAULTY_FIX = (
 )
 _NODE_SLOW_FIX = (
     "Check {node}'s link speed and cable:\n"
-    "ethtool <interface> | grep -E 'Speed|Duplex'   # on {node}: the rate it negotiated\n"
+    "ethtool {interface} | grep -E 'Speed|Duplex'   # on {node}: the rate it negotiated\n"
     "tc qdisc show              # a rate limit (tbf, htb) left on its interface\n"
     "iperf3 -c <a partner> -P 4 # what TCP gets from {node}, against another pair"
 )
@@ -62,10 +62,13 @@ def node_slow(isolation: Isolation) -> list[Problem]:
     return [
         Problem(
             Severity.FAIL,
-            f"node {v.node} is slow: its pairs carry {_rates(isolation, v)}, "
-            f"{_others(isolation)}: check its link speed and cable",
+            f"node {v.node} is slow: {_carrier(isolation, v.node)} carries "
+            f"{_rates(isolation, v)} in its pairs, {_others(isolation)}: check its link speed "
+            "and cable",
             _evidence(isolation, v),
-            _NODE_SLOW_FIX.format(node=v.node),
+            _NODE_SLOW_FIX.format(
+                node=v.node, interface=isolation.interfaces.get(v.node, "<interface>")
+            ),
             node=v.node,
         )
         for v in isolation.nodes
@@ -110,7 +113,7 @@ def link_faulty(isolation: Isolation) -> list[Problem]:
                 f"the link between {a} and {b} {how}, while each passes with other partners",
                 [link.why, *(_test_line(t, isolation) for t in tests)],
                 (
-                    _NODE_SLOW_FIX.format(node=f"{a} and {b}")
+                    _NODE_SLOW_FIX.format(node=f"{a} and {b}", interface="<interface>")
                     if link.state == "slow"
                     else _LINK_FIX.format(a=a, b=b)
                 ),
@@ -167,6 +170,11 @@ def all_passed(isolation: Isolation) -> Problem | None:
 def _failures(isolation: Isolation, verdict: NodeVerdict) -> str:
     tests = [t for t in _tests_of(isolation, verdict) if t.status != "ok" or t.round == 0]
     return "; ".join(_short(t, verdict.node) for t in tests if t.round > 0) or verdict.why
+
+
+def _carrier(isolation: Isolation, node: str) -> str:
+    """ "eth0", or "its link" when the node did not say which interface its groups used."""
+    return isolation.interfaces.get(node) or "its link"
 
 
 def _rates(isolation: Isolation, verdict: NodeVerdict) -> str:

@@ -81,6 +81,7 @@ class Isolation:
     undecided: tuple[str, ...] = ()  # what could not be decided, and why
     why_run: str = ""  # what made `check` isolate (filled by the runner)
     budget_GBps: dict[str, float] = field(default_factory=dict)  # nominal link rate per node
+    interfaces: dict[str, str] = field(default_factory=dict)  # node -> the one its groups used
 
     def state_of(self, node: str) -> NodeState | None:
         return next((v.state for v in self.nodes if v.node == node), None)

@@ -88,9 +88,8 @@ def test_a_slow_master_a_blocked_pair_and_an_mtu_trap_are_named_apart(lab):
 
     by_id = {f["id"]: f for f in report["findings"] if f["id"].startswith("isolation.")}
     slow = by_id["isolation.node-slow"]
-    assert slow["node"] == "node0" and slow["title"].startswith(
-        "node node0 is slow: its pairs carry"
-    )
+    assert slow["node"] == "node0" and slow["title"].startswith("node node0 is slow: eth0 carries ")
+    assert "ethtool eth0 | grep" in slow["fix"]
     assert "check its link speed and cable" in slow["title"] and "tc qdisc show" in slow["fix"]
     # every round named in the evidence holds the node, and the numbers are there
     assert any(line.startswith("round 1: node0 + ") and "MB/s at 8 MiB" in line

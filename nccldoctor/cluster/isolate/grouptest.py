@@ -9,6 +9,7 @@ also stops waiting at it (``run_member``), so a hung op costs a thread, not the 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,9 @@ def _measure(spec: GroupSpec, result: MemberResult) -> None:
     store = dist.PrefixStore(spec.prefix, client)
     started = time.perf_counter()
     if spec.backend == "nccl":
+        # a timed-out NCCL op tears the process down by default (torch's async error handling
+        # 3): here the process is the node's agent, whose report must still be written
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
         options = dist.ProcessGroupNCCL.Options()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import statistics
 import threading
 import time
@@ -30,6 +31,7 @@ from nccldoctor.cluster.isolate.scheduler import Round, next_step
 from nccldoctor.facts.isolation import GroupTest, Isolation, SizeRate
 from nccldoctor.forensics.stacks import readable
 
+INTERFACE_NAME = re.compile(r"[\w.:@-]{1,15}")  # what a node says it binds to, as Linux names it
 MARGIN_S = 5.0  # a round's results reach the master this long after the group's deadline
 MAX_VALUE_BYTES = 64 << 10  # a member's result is a few hundred bytes
 # A node's TCP rate to the master this far below the others' median: a port negotiated down
@@ -122,8 +124,12 @@ def slow_links(tcp_gbps: Mapping[str, float]) -> str:
 
 
 # -- every node -----------------------------------------------------------------------------------
-def publish_state(store: Any, keys: IsoKeys, rank: int, ok: bool, why: str) -> None:
-    store.set(keys.state(rank), json.dumps({"ok": bool(ok), "why": why[:500]}))
+def publish_state(
+    store: Any, keys: IsoKeys, rank: int, ok: bool, why: str, interface: str | None = None
+) -> None:
+    """How this node's part of the all-node run went, and the interface its groups will use."""
+    value = {"ok": bool(ok), "why": why[:500], "interface": interface or ""}
+    store.set(keys.state(rank), json.dumps(value))
 
 
 def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
@@ -217,7 +223,8 @@ def coordinate(
     finally:
         store.set(keys.round(_next_round(tests)), json.dumps({"done": True}))
     own.join(MARGIN_S)
-    return dataclasses.replace(step, why_run=plan.why)
+    interfaces = {names[r]: s["interface"] for r, s in states.items() if s and s["interface"]}
+    return dataclasses.replace(step, why_run=plan.why, interfaces=interfaces)
 
 
 def _next_round(tests: Sequence[GroupTest]) -> int:
@@ -250,7 +257,12 @@ def _read_states(
         for rank in [r for r, s in states.items() if s is None]:
             value = _get(store, keys.state(rank))
             if isinstance(value, dict) and isinstance(value.get("ok"), bool):
-                states[rank] = {"ok": value["ok"], "why": str(value.get("why", ""))[:500]}
+                interface = str(value.get("interface", ""))
+                states[rank] = {
+                    "ok": value["ok"],
+                    "why": str(value.get("why", ""))[:500],
+                    "interface": interface if INTERFACE_NAME.fullmatch(interface) else "",
+                }
         missing = [keys.state(r) for r, s in states.items() if s is None]
         if not missing or time.monotonic() >= deadline:
             return states

@@ -35,7 +35,7 @@ def run(state: AgentState) -> PhaseEnd:
     )
     round_wait = c.timeouts.isolate_group + 2 * rounds.MARGIN_S
     try:
-        rounds.publish_state(state.store, keys, run.node_rank, ok, why)
+        rounds.publish_state(state.store, keys, run.node_rank, ok, why, me.interface)
     except Exception as exc:  # the master's store is gone: nothing to isolate with
         return PhaseEnd.skipped(f"the store went away: {type(exc).__name__}")
     if run.is_master:
