@@ -8,7 +8,7 @@ check that fires is the watch report's verdict sentence.
 from __future__ import annotations
 
 from checks import Problem, check
-from nccldoctor.forensics.ranks import JobSeen, ranks_behind
+from nccldoctor.forensics.ranks import JobSeen, RankState, ranks_behind, without_dump
 from nccldoctor.model import Severity
 
 
@@ -19,30 +19,45 @@ def hang(job: JobSeen) -> Problem | None:
         return None
     states = job.ranks
     late = ranks_behind(states)
-    others = [s for s in states if s not in late]
+    # a rank whose dump is missing waits in no known collective: it may be the one behind
+    unknown = [s for s in without_dump(states) if s not in late]
+    waiting = [s for s in states if s not in late and s not in unknown]
     parts, evidence = [], []
     for s in late:
         at = f" at {s.where}" if s.where else ""
         seq = f"; its last collective was #{s.last_seq} ({s.last_op})" if s.last_seq else ""
         outside = ", not inside a collective" if s.in_collective is False else ""
         parts.append(f"{s.label} is behind{at}{outside}{seq}")
-    if others:
-        seqs = sorted({s.last_seq for s in others if s.last_seq is not None})
-        ranks = ", ".join(str(s.rank) for s in others)
-        waiting = (
-            f" in collective #{seqs[-1]} ({others[0].last_op})" if seqs else " in a collective"
+    if len(unknown) == 1:
+        suspect = "what it issued is unknown" if late else "it may be the one behind"
+        parts.append(f"{unknown[0].label} left no Flight Recorder dump: {suspect}")
+    elif unknown:
+        suspect = "what they issued is unknown" if late else "one of them may be the one behind"
+        parts.append(f"ranks {_numbers(unknown)} left no Flight Recorder dump: {suspect}")
+    if waiting:
+        last = max((s for s in waiting if s.last_seq is not None),
+                   key=lambda s: s.last_seq, default=None)  # fmt: skip
+        where = f" in collective #{last.last_seq} ({last.last_op})" if last else " in a collective"
+        who = (
+            f"ranks {_numbers(waiting)} wait"
+            if len(waiting) > 1
+            else f"rank {waiting[0].rank} waits"
         )
-        who = f"ranks {ranks} wait" if len(others) > 1 else f"rank {ranks} waits"
-        parts.append(f"{who}{waiting}")
+        parts.append(f"{who}{where}")
     for s in states:
+        issued = (
+            f"last collective #{s.last_seq} {s.last_op or ''}"
+            if s.dumped
+            else f"no Flight Recorder dump ({s.evidence.flight_recorder_error or 'none came back'})"
+        )
         evidence.append(
-            f"{s.label}: last collective #{s.last_seq} {s.last_op or ''}; "
-            f"stack: {s.where or 'unknown'}; in collective: {s.in_collective}"
+            f"{s.label}: {issued}; stack: {s.where or 'unknown'}; in collective: {s.in_collective}"
         )
         evidence.extend(f"  {line}" for line in s.evidence.last_nccl_lines[-3:])
-    if not late:
+    if not late and not unknown:
         parts.append("no rank is behind the others: all stopped together (a deadlock in a "
                      "collective, the network, or work outside torch.distributed)")  # fmt: skip
+    named = late or unknown
     return Problem(
         Severity.FAIL,
         f"The job made no progress for {job.idle_s:.0f} s: " + "; ".join(parts) + ".",
@@ -53,9 +68,13 @@ def hang(job: JobSeen) -> Problem | None:
             "DistributedSampler(drop_last=True)) hangs the others. If every rank is inside the "
             "same collective, run `nccldoctor check` across the nodes to test the network."
         ),
-        rank=late[0].rank if late else None,
-        node=late[0].evidence.process.host if late else None,
+        rank=named[0].rank if named else None,
+        node=named[0].evidence.process.host if named else None,
     )
+
+
+def _numbers(states: list[RankState]) -> str:
+    return ", ".join(str(s.rank) for s in states)
 
 
 def _failed_first(job: JobSeen) -> list:

@@ -54,6 +54,11 @@ class RankState:
         p = self.evidence.process
         return f"rank {p.rank} (pid {p.pid} on {p.host})" if p.rank is not None else f"pid {p.pid}"
 
+    @property
+    def dumped(self) -> bool:
+        """Its Flight Recorder dump came back (it may hold no entry)."""
+        return self.evidence.flight_recorder is not None
+
 
 def rank_state(item: RankEvidence) -> RankState:
     entries = item.flight_recorder or []
@@ -77,6 +82,15 @@ def ranks_behind(states: list[RankState]) -> list[RankState]:
     return behind(
         states, lambda s: Position(last_seq=s.last_seq, in_collective=bool(s.in_collective))
     )
+
+
+def without_dump(states: list[RankState]) -> list[RankState]:
+    """The ranks whose Flight Recorder dump did not come back while another rank's did: what
+    they issued is unknown, so any of them may be the one behind (one that died or cannot
+    answer writes none); [] when no rank's came back."""
+    if not any(s.dumped for s in states):
+        return []
+    return [s for s in states if not s.dumped]
 
 
 @dataclass
