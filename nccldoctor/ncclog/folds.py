@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
 
 from nccldoctor.ncclog.envelope import Envelope
 from nccldoctor.ncclog.netfolds import failed_net, failing_net, quote
-from nccldoctor.ncclog.records import MAX_BACKTRACE, MAX_RING_CHANNELS, CommRank, Op, ProcessLog
-
-if TYPE_CHECKING:
-    from nccldoctor.ncclog.parser import LogSet
+from nccldoctor.ncclog.records import (
+    MAX_BACKTRACE,
+    MAX_LISTED,
+    MAX_RING_CHANNELS,
+    LogSet,
+    Op,
+    ProcessLog,
+)
 
 # Names as the tuning table and NCCL_ALGO spell them (src/include/device.h, enqueue.cc).
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -147,7 +150,7 @@ def gdr_hca(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 
 
 def gdr_pair(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
-    if len(p.gdr_pairs) < 64:
+    if len(p.gdr_pairs) < MAX_LISTED:
         p.gdr_pairs.append(
             {
                 "enabled": m["state"] == "Enabled",
@@ -234,21 +237,10 @@ def tuning_row(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
                 continue
 
 
-def tuned_comm(p: ProcessLog) -> CommRank:
-    """The communicator a per-call tuning line is about. They come long after init, and only
-    rank 0 of a communicator prints them (enqueue.cc): the one this process is rank 0 of, the
-    largest if several; the one initialised last when the log does not say."""
-    best = None
-    for c in p.comms.values():  # once per call on rank 0: a loop, not a list and a max()
-        if c.rank == 0 and (best is None or (c.nranks or 0) > (best.nranks or 0)):
-            best = c
-    return best if best is not None else p.comm()
-
-
 def algo(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) -> None:
     algo = canonical(m["algo"], ALGORITHMS)
     proto = canonical(m["proto"], PROTOCOLS)
-    c = tuned_comm(p)
+    c = p.tuned_comm()
     # 2.20–2.22 print no function name: the collective traced just before is the one tuned
     func = m["func"] or (c.last_op.func if c.last_op else "?")
     c.add_algo(func, algo, proto, int(m["bytes"]), times)
@@ -261,7 +253,7 @@ def best_tuning(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) ->
 
 
 def special_algo(p: ProcessLog, m: re.Match[str], e: Envelope, times: int = 1) -> None:
-    tuned_comm(p).add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]), times)
+    p.tuned_comm().add_algo(m["func"], m["how"], m["detail"].split()[0], int(m["bytes"]), times)
 
 
 def coll(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from nccldoctor.ncclog.parser import LogSet
+from nccldoctor.ncclog.records import LogSet
 from nccldoctor.ncclog.summary import CommGroup, group_comms, summarize
 from nccldoctor.units import format_bytes
 

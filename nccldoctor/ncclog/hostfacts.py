@@ -21,8 +21,7 @@ from typing import Any
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface
 from nccldoctor.nccl.rules import candidates, default_pick, parse_if_list
-from nccldoctor.ncclog.parser import LogSet
-from nccldoctor.ncclog.records import ProcessLog
+from nccldoctor.ncclog.records import LogSet, ProcessLog
 
 # What an interface is, where its name says it (the kernel's and the container runtimes'
 # conventions; NCCL's own order sets docker* and virbr* apart the same way). Any other name

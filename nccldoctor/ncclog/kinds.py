@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from nccldoctor.ncclog import folds, netfolds
 from nccldoctor.ncclog.envelope import Envelope
-from nccldoctor.ncclog.records import ProcessLog
-
-if TYPE_CHECKING:
-    from nccldoctor.ncclog.parser import LogSet
+from nccldoctor.ncclog.records import LogSet, ProcessLog
 
 Fold = Callable[[ProcessLog, "re.Match[str]", Envelope], None]
 
@@ -272,7 +269,7 @@ def match_kind(msg: str) -> tuple[LineKind, re.Match[str]] | None:
     return None
 
 
-TextFold = Callable[["LogSet", "re.Match[str]", str], None]
+TextFold = Callable[[LogSet, "re.Match[str]", str], None]
 
 
 class TextKind(NamedTuple):

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 
 from nccldoctor.ncclog.envelope import Envelope
-from nccldoctor.ncclog.records import ProcessLog
-
-MAX_FOUND_IFS = 64  # 2.2–2.3's interface lines kept: bootstrap, IB sideband, NET/Socket's 16
+from nccldoctor.ncclog.joins import by_index
+from nccldoctor.ncclog.records import MAX_LISTED, ProcessLog
 
 
 def quote(p: ProcessLog, fact: str, line: str | None = None) -> None:
@@ -46,7 +45,7 @@ def ib_sideband(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
 def _found(p: ProcessLog, event: dict[str, str]) -> None:
     """Keep a 2.2–2.3 interface line in order; what they say together is read once the whole
     file is (``settle_interfaces``): a file parsed in stretches may be cut between them."""
-    if len(p.found_ifs) < MAX_FOUND_IFS:
+    if len(p.found_ifs) < MAX_LISTED:  # bootstrap, IB sideband, NET/Socket's 16
         p.found_ifs.append(event)
 
 
@@ -101,13 +100,6 @@ def ib_device(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:
     dev = {"index": int(m["index"]), "hca": m["hca"], "port": int(m["port"]), "link_layer": m["ll"]}
     p.ib_devices = by_index(p.ib_devices, [dev])
     quote(p, "ib")
-
-
-def by_index(devices: list[dict], more: list[dict]) -> list[dict]:
-    """IB device lists joined by their index, the later entry winning, at most 64."""
-    joined = {d["index"]: d for d in devices}
-    joined.update((d["index"], d) for d in more)
-    return [joined[i] for i in sorted(joined)][:64]
 
 
 def ofi_devices(p: ProcessLog, m: re.Match[str], e: Envelope) -> None:

@@ -21,11 +21,11 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import pairwise
 
 from nccldoctor.limits import MAX_DIGITS, MAX_PROCESSES
 from nccldoctor.ncclog.envelope import LEGACY_NEEDLES, clean, parse_line
+from nccldoctor.ncclog.folds import version
 from nccldoctor.ncclog.inputs import (
     BLOCK_BYTES,
     MAX_LINE,
@@ -35,7 +35,6 @@ from nccldoctor.ncclog.inputs import (
     Stretch,
     stretches,
 )
-from nccldoctor.ncclog.joins import continue_into, merge_into
 from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind, warned
 from nccldoctor.ncclog.lines import (
     CALL_NEEDLE,
@@ -46,8 +45,8 @@ from nccldoctor.ncclog.lines import (
     classify,
 )
 from nccldoctor.ncclog.netfolds import settle_interfaces
-from nccldoctor.ncclog.records import MAX_SAMPLES, ProcessLog, Warn
-from nccldoctor.ncclog.signals import Identify, SignatureHit, may_match, merge_hits, record
+from nccldoctor.ncclog.records import MAX_SAMPLES, LogSet, ProcessLog, Warn
+from nccldoctor.ncclog.signals import Identify, may_match, record
 
 # What a log's lines left out, as the logs.truncated finding names it
 LONG_NUMBER = f"lines with a number of more than {MAX_DIGITS} digits"
@@ -84,88 +83,13 @@ POOL_MIN_BYTES = 32 << 20  # below this, starting worker processes costs more th
 TASKS_PER_JOB = 8  # stretches per process: they finish together however unlike the files are
 
 
-@dataclass
-class LogSet:
-    """What all inputs said: processes by ``host:pid`` plus line accounting."""
-
-    processes: dict[str, ProcessLog] = field(default_factory=dict)
-    sources: list[str] = field(default_factory=list)
-    lines: int = 0
-    nccl_lines: int = 0
-    coll_lines: int = 0
-    call_lines: int = 0  # NCCL_DEBUG_SUBSYS=CALL trace, counted only
-    other_lines: int = 0  # not NCCL debug output (the app, PyTorch, the launcher)
-    unknown_lines: int = 0  # NCCL lines of no known kind
-    garbled_lines: int = 0  # say NCCL but have no parsable envelope
-    cut_lines: dict[str, int] = field(default_factory=dict)  # file -> lines over MAX_LINE, cut
-    unknown_samples: list[str] = field(default_factory=list)
-    read_errors: list[str] = field(default_factory=list)
-    bare_versions: list[str] = field(default_factory=list)  # "NCCL version …" without a prefix
-    world_sizes: dict[int, int] = field(default_factory=dict)  # PyTorch's world size -> lines
-    init_failures: int = 0  # lines of PyTorch saying init_process_group/ncclCommInitRank failed
-    # (process group, rank) -> the last SeqNum it completed; the group None: not named
-    completed_seq: dict[tuple[str | None, int], int] = field(default_factory=dict)
-    signatures: dict[str, SignatureHit] = field(default_factory=dict)
-    left_out: dict[str, int] = field(default_factory=dict)  # lines not read past a bound, by why
-    last_key: str | None = None  # the process of the last NCCL line
-    unclaimed_version: str | None = None  # a bare "NCCL version" line before any process's line
-
-    def merge(self, other: LogSet) -> None:
-        for key, proc in other.processes.items():
-            mine = self.processes.get(key)
-            if mine is None:
-                self.processes[key] = proc
-            else:
-                merge_into(mine, proc)
-        self.sources.extend(other.sources)
-        for name in (
-            "lines",
-            "nccl_lines",
-            "coll_lines",
-            "call_lines",
-            "other_lines",
-            "unknown_lines",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.garbled_lines += other.garbled_lines
-        for why, n in other.left_out.items():
-            self.left_out[why] = self.left_out.get(why, 0) + n
-        for name, cut in other.cut_lines.items():
-            self.cut_lines[name] = self.cut_lines.get(name, 0) + cut
-        self.unknown_samples.extend(
-            other.unknown_samples[: MAX_SAMPLES - len(self.unknown_samples)]
-        )
-        self.read_errors.extend(other.read_errors)
-        self.bare_versions.extend(v for v in other.bare_versions if v not in self.bare_versions)
-        for size, n in other.world_sizes.items():
-            self.world_sizes[size] = self.world_sizes.get(size, 0) + n
-        self.init_failures += other.init_failures
-        for key, seq in other.completed_seq.items():
-            self.completed_seq[key] = max(seq, self.completed_seq.get(key, seq))
-        merge_hits(self.signatures, other.signatures)
-
-    def continue_with(self, later: LogSet) -> None:
-        """Fold in the record of the next stretch of the same file (``parse_stretch``)."""
-        for key, proc in later.processes.items():
-            mine = self.processes.get(key)
-            if mine is None:
-                self.processes[key] = proc
-            else:
-                continue_into(mine, proc)
-        if later.unclaimed_version and self.last_key:
-            _claim_version(self.processes[self.last_key], later.unclaimed_version)
-        self.last_key = later.last_key or self.last_key
-        later.processes, later.sources = {}, []
-        later.read_errors = [e for e in later.read_errors if e not in self.read_errors]
-        self.merge(later)
-
-
-def _claim_version(proc: ProcessLog, text: str) -> None:
-    """≤2.21 rank 0 printf()s ``NCCL version …`` bare (init.cc): the process before it owns it."""
+def _version(text: str) -> tuple[str, str | None] | None:
+    """The NCCL and CUDA versions of a bare ``NCCL version …`` line (≤2.21 rank 0's printf)."""
     found = match_kind(text[text.find("NCCL version ") :])
-    if found is not None and proc.nccl_version is None:
-        kind, m = found
-        kind.fold(proc, m, None)  # type: ignore[arg-type]
+    if found is None or found[0].fold is not version:
+        return None
+    m = found[1]
+    return m["version"] + (m["suffix"] or ""), m["cuda"]
 
 
 def _regions(data: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -538,14 +462,14 @@ class SourceParser:
 
     def _bare_version(self, text: str) -> None:
         result = self.result
-        found = match_kind(text[text.find("NCCL version ") :])
-        if found is None:
+        said = _version(text)
+        if said is None:
             return
         if result.last_key is None:  # its process is in the stretch before (continue_with)
-            result.unclaimed_version = result.unclaimed_version or text
+            result.unclaimed_version = result.unclaimed_version or said
         else:
-            _claim_version(result.processes[result.last_key], text)
-        if len(result.bare_versions) < 8:
+            result.processes[result.last_key].claim_version(*said)
+        if len(result.bare_versions) < MAX_SAMPLES:
             text = text.strip()
             if text not in result.bare_versions:
                 result.bare_versions.append(text)

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nccldoctor.ncclog.hostfacts import address_facts
-from nccldoctor.ncclog.parser import LogSet
-from nccldoctor.ncclog.records import UNKNOWN_COMM, CommRank, ProcessLog
+from nccldoctor.ncclog.records import UNKNOWN_COMM, CommRank, LogSet, ProcessLog
 from nccldoctor.ncclog.tuning import algorithms
 
 Member = tuple[ProcessLog, CommRank]
