@@ -6,7 +6,8 @@
  * only its weight (objects a walk visits, bytes of strings and ints, depth in containers, each
  * shared reference again); `why` is a pickscan.Stop, `at` the opcode's offset.
  * A list, dict or set lives in `nodes`, which the stack and the memo share, as they share the
- * object; any other value is copied. Sums stay far below 2^64: each is checked as it grows.
+ * object; any other value is copied. Sums stay below 2^64: bounds are at most 2^32, a pickle
+ * under 2 GiB, and each sum is checked once an opcode has added to it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")  /* a tenth faster than the build's -O2 here */
@@ -18,7 +19,8 @@
 #include <string.h>
 
 enum { KEY, SCALAR, TUPLE, FROZENSET, LIST, DICT, SET };
-enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, BYTES, DEPTH, NUMBER };
+enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, BYTES, DEPTH,
+       NUMBER };  /* pickscan.Stop */
 #define SHORT_DIGITS 18
 #define LONG_BYTES 8
 #define LONG_DIGITS 20
@@ -41,7 +43,7 @@ typedef struct {
 typedef struct {
     const unsigned char *data;
     size_t size, pos, at;
-    unsigned long long max_objects, max_bytes, max_depth, built, number;
+    uint64_t max_objects, max_bytes, max_depth, built, number;  /* not a value's type */
     int why;
     Values stack, memo, nodes;
     size_t *marks;
@@ -70,12 +72,10 @@ static int grow(Scan *s, void **items, size_t *cap, size_t need, size_t width) {
     return 0;
 }
 
-/* A new slot at the end of v (its fields are the caller's to set). */
-static inline Value *slot(Scan *s, Values *v) {
-    if (v->len == v->cap && grow(s, (void **)&v->items, &v->cap, v->len + 1, sizeof(Value)) < 0)
-        return NULL;
-    return &v->items[v->len++];
-}
+/* A new slot at the end of v (its fields are the caller's to set). An opcode pushes at most one
+ * value, stores at most one memo entry and makes at most one node, so each array, sized to the
+ * pickle's bytes before the scan, always has room (untouched, the room costs no memory). */
+static inline Value *slot(Values *v) { return &v->items[v->len++]; }
 
 static inline int mutable(const Value *v) { return v->kind >= LIST; }
 
@@ -104,9 +104,7 @@ static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
             return stop(s, OBJECTS, s->max_objects);
         return stop(s, BYTES, s->max_bytes);
     }
-    Value *v = slot(s, &s->stack);
-    if (v == NULL)
-        return -1;
+    Value *v = slot(&s->stack);
     v->objects = 1;
     v->bytes = nbytes;
     v->node = 0;
@@ -123,10 +121,7 @@ static int new_container(Scan *s, int kind, Value *out) {
         return -1;
     if (kind >= LIST) {
         v.node = (uint32_t)s->nodes.len;
-        Value *node = slot(s, &s->nodes);
-        if (node == NULL)
-            return -1;
-        *node = v;
+        *slot(&s->nodes) = v;
     }
     *out = v;
     return 0;
@@ -136,26 +131,27 @@ static int push_new(Scan *s, int kind) {
     Value v;
     if (new_container(s, kind, &v) < 0)
         return -1;
-    Value *top = slot(s, &s->stack);
-    if (top == NULL)
-        return -1;
-    *top = v;
+    *slot(&s->stack) = v;
     return 0;
 }
 
-/* items go into target (its weight): checked as they come. */
+/* items go into target (its weight), checked once they are in: each weighs at most the bounds
+ * (2^32), there are fewer than 2^31 of them, so no sum wraps. */
 static inline int add(Scan *s, Value *target, Value *items, size_t count) {
     Value *t = weight(s, target);
+    unsigned long long objects = t->objects, bytes = t->bytes;
+    unsigned depth = t->depth;
     for (size_t i = 0; i < count; i++) {
         const Value *w = weight(s, &items[i]);
-        t->objects += w->objects;
-        t->bytes += w->bytes;
-        if (w->depth + 1 > t->depth)
-            t->depth = (uint16_t)(w->depth + 1);
-        if (check(s, t, t->objects) < 0)
-            return -1;
+        objects += w->objects;
+        bytes += w->bytes;
+        if (w->depth + 1u > depth)
+            depth = w->depth + 1u;
     }
-    return 0;
+    t->objects = objects;
+    t->bytes = bytes;
+    t->depth = (uint16_t)depth;
+    return check(s, t, objects);
 }
 
 static inline size_t fence(const Scan *s) { return s->nmarks ? s->marks[s->nmarks - 1] : 0; }
@@ -209,21 +205,14 @@ static int container(Scan *s, size_t start, int kind) {
     if (add(s, &v, s->stack.items + start, s->stack.len - start) < 0)
         return -1;
     s->stack.len = start;
-    Value *top = slot(s, &s->stack);
-    if (top == NULL)
-        return -1;
-    *top = v;
+    *slot(&s->stack) = v;
     return 0;
 }
 
 static inline int push_reference(Scan *s, const Value *v) {
     if (mutable(v))
         s->nodes.items[v->node].kind |= FROZEN;  /* referenced twice now: its weight is final */
-    Value copy = *v;  /* v may live in the stack that grows */
-    Value *top = slot(s, &s->stack);
-    if (top == NULL)
-        return -1;
-    *top = copy;
+    *slot(&s->stack) = *v;
     return 0;
 }
 
@@ -238,9 +227,7 @@ static inline int put(Scan *s, uint64_t index, int op) {
         return -1;
     if (index > s->memo.len)
         return stop(s, MEMO, index);
-    Value *entry = index == s->memo.len ? slot(s, &s->memo) : &s->memo.items[index];
-    if (entry == NULL)
-        return -1;
+    Value *entry = index == s->memo.len ? slot(&s->memo) : &s->memo.items[index];
     *entry = s->stack.items[s->stack.len - 1];
     return 0;
 }
@@ -284,12 +271,19 @@ static int text_index(Scan *s, size_t pos, size_t len, int op, uint64_t *index) 
 /* Runs the opcodes: 0 at STOP or a global, -1 with s->why set (or a Python error: why -1).
  * Each opcode's code ends by jumping to the next one's through the table (GCC's and clang's
  * labels as values): a jump of its own per opcode is predicted far better than one switch's. */
+/* Stops the scan (why, number) at the opcode being run. */
+#define FAIL(why, number)                                                                          \
+    do {                                                                                           \
+        stop(s, why, number);                                                                      \
+        goto fail;                                                                                 \
+    } while (0)
+
 #define NEXT()                                                                                     \
     do {                                                                                           \
-        s->at = pos;                                                                               \
-        if (pos >= s->size)                                                                        \
-            return stop(s, TRUNCATED, 1);                                                          \
-        op = s->data[pos++];                                                                       \
+        at = pos;                                                                                  \
+        if (pos >= size)                                                                           \
+            FAIL(TRUNCATED, 1);                                                                    \
+        op = data[pos++];                                                                          \
         goto *code[op];                                                                            \
     } while (0)
 
@@ -321,138 +315,140 @@ static int run(Scan *s) {
         ['g'] = &&text_memo, ['p'] = &&text_memo, ['I'] = &&text_int, ['L'] = &&text_int,
         ['F'] = &&text_value, ['S'] = &&text_value, ['V'] = &&text_value,
     };
-    size_t pos = 0, len, start;
+    const unsigned char *data = s->data;
+    size_t size = s->size, pos = 0, at = 0, len, start;
     uint64_t count, index;
     int op, width;
     Value *t;
     NEXT();
 stop_op:  /* STOP */
-    return need(s, 1, op);
+    if (need(s, 1, op) < 0)
+        goto fail;
+    return 0;
 global:  /* GLOBAL, INST, EXT1/2/4, STACK_GLOBAL: the unpickler refuses them */
     return 0;
-not_data:  /* REDUCE, BUILD, PERSID, BINPERSID, OBJ, NEWOBJ, NEWOBJ_EX, NEXT_BUFFER, READONLY_BUFFER */
-    return stop(s, NOT_DATA, (uint64_t)op);
+not_data:  /* REDUCE, BUILD, PERSID, BINPERSID, OBJ, NEWOBJ(_EX), NEXT_BUFFER, READONLY_BUFFER */
+    FAIL(NOT_DATA, (uint64_t)op);
 no_opcode:
-    return stop(s, OPCODE, (uint64_t)op);
+    FAIL(OPCODE, (uint64_t)op);
 binget:
-    if (have(s, pos, 1) < 0 || get(s, s->data[pos]) < 0)
-        return -1;
+    if (have(s, pos, 1) < 0 || get(s, data[pos]) < 0)
+        goto fail;
     pos += 1;
     NEXT();
 long_binget:
     if (have(s, pos, 4) < 0 || get(s, little(s->data + pos, 4)) < 0)
-        return -1;
+        goto fail;
     pos += 4;
     NEXT();
 memoize:
     if (put(s, s->memo.len, op) < 0)
-        return -1;
+        goto fail;
     NEXT();
 binput:
-    if (have(s, pos, 1) < 0 || put(s, s->data[pos], op) < 0)
-        return -1;
+    if (have(s, pos, 1) < 0 || put(s, data[pos], op) < 0)
+        goto fail;
     pos += 1;
     NEXT();
 long_binput:
     if (have(s, pos, 4) < 0 || put(s, little(s->data + pos, 4), op) < 0)
-        return -1;
+        goto fail;
     pos += 4;
     NEXT();
 mark:
-    if (s->nmarks == s->capmarks &&
-        grow(s, (void **)&s->marks, &s->capmarks, s->nmarks + 1, sizeof(size_t)) < 0)
-        return -1;
-    s->marks[s->nmarks++] = s->stack.len;
+    s->marks[s->nmarks++] = s->stack.len;  /* room for one a byte, as in slot() */
     NEXT();
 binint:  /* BININT1, BININT2, BININT */
     width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
     if (have(s, pos, (uint64_t)width) < 0 || scalar(s, (uint64_t)width, KEY) < 0)
-        return -1;
+        goto fail;
     pos += (size_t)width;
     NEXT();
 constant:  /* NONE, NEWTRUE, NEWFALSE */
     if (scalar(s, 0, KEY) < 0)
-        return -1;
+        goto fail;
     NEXT();
 counted:
     /* SHORT_BINUNICODE, SHORT_BINSTRING, SHORT_BINBYTES, BINUNICODE, BINSTRING, BINBYTES,
      * BINUNICODE8, BINBYTES8, BYTEARRAY8: a length, then as many bytes */
-    width = (op == 0x8c || op == 'U' || op == 'C') ? 1 : (op == 'X' || op == 'T' || op == 'B') ? 4 : 8;
+    width = (op == 0x8c || op == 'U' || op == 'C')   ? 1
+            : (op == 'X' || op == 'T' || op == 'B') ? 4
+                                                    : 8;
     if (have(s, pos, (uint64_t)width) < 0)
-        return -1;
+        goto fail;
     count = little(s->data + pos, width);
     if (op == 'T' && count >= 0x80000000u)
-        return stop(s, OPCODE, (uint64_t)op);  /* BINSTRING's length is signed */
+        FAIL(OPCODE, (uint64_t)op);  /* BINSTRING's length is signed */
     if (have(s, pos + (size_t)width, count) < 0 || scalar(s, count, op == 0x96 ? SCALAR : KEY) < 0)
-        return -1;
+        goto fail;
     pos += (size_t)width + (size_t)count;
     NEXT();
 long_n:  /* LONG1, LONG4: a length, then the int's bytes */
     width = op == 0x8a ? 1 : 4;
     if (have(s, pos, (uint64_t)width) < 0)
-        return -1;
+        goto fail;
     count = little(s->data + pos, width);
     if (op == 0x8b && count >= 0x80000000u)
-        return stop(s, OPCODE, (uint64_t)op);
+        FAIL(OPCODE, (uint64_t)op);
     if (have(s, pos + (size_t)width, count) < 0)
-        return -1;
+        goto fail;
     if (count > LONG_BYTES)
-        return stop(s, NUMBER, count);
+        FAIL(NUMBER, count);
     if (scalar(s, count, count <= 7 ? KEY : SCALAR) < 0)
-        return -1;
+        goto fail;
     pos += (size_t)width + (size_t)count;
     NEXT();
 binfloat:
     if (have(s, pos, 8) < 0 || scalar(s, 0, SCALAR) < 0)
-        return -1;
+        goto fail;
     pos += 8;
     NEXT();
 empty:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
     if (push_new(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
-        return -1;
+        goto fail;
     NEXT();
 empty_tuple:
     if (push_new(s, TUPLE) < 0)
-        return -1;
+        goto fail;
     NEXT();
 tuple_n:  /* TUPLE1, TUPLE2, TUPLE3 */
     if (need(s, (size_t)(op - 0x84), op) < 0 ||
         container(s, s->stack.len - (size_t)(op - 0x84), TUPLE) < 0)
-        return -1;
+        goto fail;
     NEXT();
 from_mark:  /* TUPLE, LIST */
     if (pop_mark(s, op, &start) < 0 || container(s, start, op == 't' ? TUPLE : LIST) < 0)
-        return -1;
+        goto fail;
     NEXT();
 keyed_from_mark:  /* DICT, FROZENSET */
     if (pop_mark(s, op, &start) < 0 ||
         keys(s, s->stack.items + start, s->stack.len - start, op, op == 'd') < 0 ||
         container(s, start, op == 'd' ? DICT : FROZENSET) < 0)
-        return -1;
+        goto fail;
     NEXT();
 append_op:
     if (need(s, 2, op) < 0 || (t = target(s, s->stack.len - 2, LIST, op)) == NULL ||
         add(s, t, s->stack.items + s->stack.len - 1, 1) < 0)
-        return -1;
+        goto fail;
     s->stack.len -= 1;
     NEXT();
 setitem:
     if (need(s, 3, op) < 0 || (t = target(s, s->stack.len - 3, DICT, op)) == NULL ||
         keys(s, s->stack.items + s->stack.len - 2, 2, op, 1) < 0 ||
         add(s, t, s->stack.items + s->stack.len - 2, 2) < 0)
-        return -1;
+        goto fail;
     s->stack.len -= 2;
     NEXT();
 extend:  /* APPENDS, SETITEMS, ADDITEMS */
     if (pop_mark(s, op, &start) < 0)
-        return -1;
+        goto fail;
     if (start == 0)  /* no container below the items */
-        return stop(s, STACK, (uint64_t)op);
+        FAIL(STACK, (uint64_t)op);
     t = target(s, start - 1, op == 'e' ? LIST : op == 'u' ? DICT : SET, op);
     if (t == NULL ||
         (op != 'e' && keys(s, s->stack.items + start, s->stack.len - start, op, op == 'u') < 0) ||
         add(s, t, s->stack.items + start, s->stack.len - start) < 0)
-        return -1;
+        goto fail;
     s->stack.len = start;
     NEXT();
 pop:  /* the item on top, or a mark with nothing above it */
@@ -460,57 +456,60 @@ pop:  /* the item on top, or a mark with nothing above it */
         s->nmarks--;
     } else {
         if (need(s, 1, op) < 0)
-            return -1;
+            goto fail;
         s->stack.len -= 1;
     }
     NEXT();
 pop_mark_op:
     if (pop_mark(s, op, &start) < 0)
-        return -1;
+        goto fail;
     s->stack.len = start;
     NEXT();
 dup:
     if (need(s, 1, op) < 0 || push_reference(s, &s->stack.items[s->stack.len - 1]) < 0)
-        return -1;
+        goto fail;
     NEXT();
 frame:  /* how many bytes the next opcodes take */
     if (have(s, pos, 8) < 0 || have(s, pos + 8, little(s->data + pos, 8)) < 0)
-        return -1;
+        goto fail;
     pos += 8;
     NEXT();
 proto:
     if (have(s, pos, 1) < 0)
-        return -1;
-    if (s->data[pos] > 5)
-        return stop(s, OPCODE, s->data[pos]);
+        goto fail;
+    if (data[pos] > 5)
+        FAIL(OPCODE, data[pos]);
     pos += 1;
     NEXT();
 text_memo:  /* GET, PUT: a decimal index on a line */
     if (line(s, pos, &len) < 0 || text_index(s, pos, len, op, &index) < 0 ||
         (op == 'g' ? get(s, index) : put(s, index, op)) < 0)
-        return -1;
+        goto fail;
     pos += len + 1;
     NEXT();
 text_int:  /* INT, LONG: a decimal number on a line ("01" is True) */
     if (line(s, pos, &len) < 0)
-        return -1;
-    count = len - (op == 'L' && len && s->data[pos + len - 1] == 'L');
+        goto fail;
+    count = len - (op == 'L' && len && data[pos + len - 1] == 'L');
     if (count > LONG_DIGITS)
-        return stop(s, NUMBER, count);
+        FAIL(NUMBER, count);
     if (scalar(s, count, count <= SHORT_DIGITS ? KEY : SCALAR) < 0)
-        return -1;
+        goto fail;
     pos += len + 1;
     NEXT();
 text_value:  /* FLOAT, STRING, UNICODE: the value on a line */
     if (line(s, pos, &len) < 0 || scalar(s, op == 'F' ? 0 : len, op == 'F' ? SCALAR : KEY) < 0)
-        return -1;
+        goto fail;
     pos += len + 1;
     NEXT();
+fail:
+    s->at = at;
+    return -1;
 }
 
-/* The arrays of the last scan, kept for the next: a dump's memo and nodes are a few hundred KB,
- * which fresh from the system cost page faults worth a fifth of the scan. Only with the GIL. */
-#define KEPT_BYTES (8u << 20)
+/* The arrays of the last scan, kept for the next up to a dump of 2.7 MB: fresh from the system,
+ * the pages a dump's scan touches cost page faults worth a fifth of it. Only with the GIL. */
+#define KEPT_BYTES (64u << 20)
 static Scan kept;
 
 static void keep(void **items, size_t *cap, size_t width) {
@@ -527,9 +526,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     unsigned long long max_objects, max_bytes, max_depth;
     if (!PyArg_ParseTuple(args, "y*KKK", &data, &max_objects, &max_bytes, &max_depth))
         return NULL;
-    if (max_objects > (1ULL << 40) || max_bytes > (1ULL << 50) || max_depth > 60000) {
+    if (max_objects > (1ULL << 32) || max_bytes > (1ULL << 32) || max_depth > 60000 ||
+        data.len >= (1LL << 31)) {
         PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_ValueError, "bounds too large to sum safely");
+        PyErr_SetString(PyExc_ValueError, "bounds over 2^32 or a pickle over 2 GiB: sums wrap");
         return NULL;
     }
     Scan s = kept;
@@ -541,7 +541,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.max_depth = max_depth;
     s.built = s.number = 0;
     s.why = 0;
-    int failed = run(&s);
+    size_t room = s.size + 1;
+    int failed = grow(&s, (void **)&s.stack.items, &s.stack.cap, room, sizeof(Value)) < 0 ||
+                 grow(&s, (void **)&s.memo.items, &s.memo.cap, room, sizeof(Value)) < 0 ||
+                 grow(&s, (void **)&s.nodes.items, &s.nodes.cap, room, sizeof(Value)) < 0 ||
+                 grow(&s, (void **)&s.marks, &s.capmarks, room, sizeof(size_t)) < 0 || run(&s) < 0;
     keep((void **)&s.stack.items, &s.stack.cap, sizeof(Value));
     keep((void **)&s.memo.items, &s.memo.cap, sizeof(Value));
     keep((void **)&s.nodes.items, &s.nodes.cap, sizeof(Value));

@@ -155,12 +155,12 @@ class _Scanner:
         return value
 
     def add(self, target: list[int], items: list[list[int]]) -> None:
-        """``items`` go into ``target``: it weighs what they weigh (checked as they come)."""
+        """``items`` go into ``target``: it weighs what they weigh (checked once they are in)."""
         for item in items:
             target[0] += item[0]
             target[1] += item[1]
             target[2] = max(target[2], item[2] + 1)
-            self.check(target, target[0])
+        self.check(target, target[0])
 
     def target(self, position: int, kind: int, op: int) -> list[int]:
         """The container an opcode changes: of ``kind``, never referenced yet."""
