@@ -20,6 +20,13 @@ FAST = ["--timeout", str(WAIT), "--phase-timeout", "bandwidth_budget=2",
         "--isolate", "never"]  # fmt: skip
 # Start-up (torch imports) plus the phases a healthy run walks through, on a loaded machine.
 HEALTHY_DEADLINE = 150.0
+# The phase a fault stalls ends at this deadline rather than WAIT: long enough for its healthy
+# part (the small sizes, the store connect, the other nodes' arrival) on a loaded machine, short
+# for the wall time. Start-up budgets stay as they are.
+STALL_S = 8
+# init stalls until its deadline: gloo's own timeout (the collective one) ends the waiting rank's
+# init first, as under --timeout alone, so that rank fails where it would have, not stalls
+STALLED_INIT = ["--phase-timeout", f"init={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
 
 
 def start_all(lab, nodes, extra=(), env_for=None, count=None):
@@ -47,11 +54,12 @@ def wait_all_ok(lab, runs, deadline=HEALTHY_DEADLINE):
     assert_reports(runs)
 
 
-def assert_reports(runs):
+def assert_reports(runs, reach=WAIT):
+    """Every run left its node report, with the reach timeout it was given."""
     for run in runs:
         doc = run.node_report()
         assert doc["kind"] == "check"
-        assert doc["timeouts"]["reach"] == WAIT
+        assert doc["timeouts"]["reach"] == reach
 
 
 def names(findings, **where):
@@ -97,7 +105,7 @@ def test_four_nodes_two_procs_each(lab):
 def test_wrong_socket_ifname_on_one_node(lab):
     lab = lab(2)
     wrong = {"NCCL_SOCKET_IFNAME": "ib9", "GLOO_SOCKET_IFNAME": "ib9"}
-    runs = start_all(lab, 2, env_for={"node1": wrong})
+    runs = start_all(lab, 2, extra=STALLED_INIT, env_for={"node1": wrong})
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
     assert_reports(runs)
@@ -139,10 +147,12 @@ def test_master_port_dropped_by_firewall(lab):
     lab = lab(2)
     master = lab.hosts[0]
     master.exec("iptables", "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", PORT, "-j", "DROP")
-    runs = start_all(lab, 2)
+    # node1's reach and the master's rendezvous wait for each other in vain
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"reach={STALL_S}",
+                                    "--phase-timeout", f"rendezvous={STALL_S}"])  # fmt: skip
     lab.wait(runs, 3 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
-    assert_reports(runs)
+    assert_reports(runs, reach=STALL_S)
     node = runs[1].node_report()
     assert node["findings"][-1]["id"] == "run.master-port-blocked"
     assert by_category(node, "firewall_or_port")[0]["node"] == "node1"
@@ -155,7 +165,7 @@ def test_master_port_dropped_by_firewall(lab):
 
 def test_three_nodes_expected_two_started(lab):
     lab = lab(3)
-    runs = start_all(lab, 3, count=2)
+    runs = start_all(lab, 3, extra=["--phase-timeout", f"rendezvous={STALL_S}"], count=2)
     lab.wait(runs, 2 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
     assert_reports(runs)
@@ -170,7 +180,9 @@ def test_node_killed_mid_run(lab):
     import time
 
     lab = lab(2)
-    runs = start_all(lab, 2, env_for={"node1": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=1"}})
+    # the master's exit barrier waits in vain for the killed node's results
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"exit_barrier={STALL_S}"],
+                     env_for={"node1": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=1"}})  # fmt: skip
     events = lab_out(lab, lab.hosts[1]) / "node1" / "latest" / "rank1" / "events.jsonl"
     deadline = time.monotonic() + HEALTHY_DEADLINE
     while time.monotonic() < deadline:
@@ -196,7 +208,8 @@ def test_node_killed_mid_run(lab):
 def test_worker_fault_in_allreduce(lab, kind):
     lab = lab(2)
     fault = {"NCCLDOCTOR_FAULT": f"{kind}:allreduce_correctness:rank=1"}
-    runs = start_all(lab, 2, env_for={"node1": fault})
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"collective={STALL_S}"],
+                     env_for={"node1": fault})  # fmt: skip
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1], runs[0].stderr[-3000:]
     assert_reports(runs)
@@ -224,8 +237,10 @@ def test_worker_fault_in_allreduce(lab, kind):
 
 def test_wrong_token(lab):
     lab = lab(2)
-    runs = start_all(lab, 2, env_for={"node0": {"NCCLDOCTOR_TOKEN": "tok-A7f3q"},
-                                      "node1": {"NCCLDOCTOR_TOKEN": "tok-B9k2z"}})  # fmt: skip
+    # the master's rendezvous waits in vain for the node it refused
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"rendezvous={STALL_S}"],
+                     env_for={"node0": {"NCCLDOCTOR_TOKEN": "tok-A7f3q"},
+                              "node1": {"NCCLDOCTOR_TOKEN": "tok-B9k2z"}})  # fmt: skip
     lab.wait(runs, 2 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
     assert_reports(runs)

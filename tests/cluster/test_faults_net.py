@@ -13,6 +13,7 @@ from nccldoctor.units import format_bytes
 from tests.cluster.test_check_netns import (
     HEALTHY_DEADLINE,
     PORT,
+    STALL_S,
     WAIT,
     assert_reports,
     by_category,
@@ -20,10 +21,6 @@ from tests.cluster.test_check_netns import (
 )
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
-
-# The phase that stalls ends at this deadline rather than WAIT: long enough for its healthy
-# part (the small sizes, the store connect) on a loaded machine, short for the wall time.
-STALL_S = 8
 
 
 def only(findings, id_):

@@ -13,8 +13,8 @@ import pytest
 
 from nccldoctor.lab.mpirun import mpirun_argv, start_mpirun, write_rsh_agent
 from nccldoctor.lab.start import check_env
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, WAIT
-from tests.cluster.test_faults_net import STALL_S, rendezvous_only_firewall
+from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, STALL_S, WAIT
+from tests.cluster.test_faults_net import rendezvous_only_firewall
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

@@ -21,12 +21,11 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.lab.slurm import SlurmLab, slurm_possible
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, WAIT
+from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, STALL_S, WAIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-STALL_S = 8  # the init deadline of the broken-node runs (see test_faults_net)
 
 
 @pytest.fixture
