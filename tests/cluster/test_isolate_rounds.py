@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from nccldoctor.cluster.isolate import rounds
+from nccldoctor.cluster.isolate import results, rounds
 from nccldoctor.cluster.isolate.scheduler import Round
 from nccldoctor.facts.isolation import Isolation
 from tests.ports import free_port
@@ -44,19 +44,19 @@ def test_auto_isolates_when_one_node_s_link_is_far_slower_than_the_others() -> N
 def test_a_group_is_judged_by_its_slowest_member_and_its_worst_end() -> None:
     ok = {"status": "ok", "init_s": 0.1, "seconds": [[1 << 20, 0.01], [8 << 20, 0.1]], "error": ""}
     slow = {**ok, "seconds": [[1 << 20, 0.02], [8 << 20, 0.4]], "init_s": 0.3}
-    test = rounds._group_test(2, ("a", "b"), {"a": ok, "b": slow}, {"a", "b"})
+    test = results.group_test(2, ("a", "b"), {"a": ok, "b": slow}, {"a", "b"})
     assert test.status == "ok" and test.init_s == 0.3
     assert [(r.size_bytes, r.busbw_GBps) for r in test.rates] == [
         (1 << 20, 0.0524),
         (8 << 20, 0.021),
     ]
     error = {**ok, "status": "error", "error": "RuntimeError: Connection reset by peer"}
-    assert rounds._group_test(2, ("a", "b"), {"a": ok, "b": error}, {"a", "b"}).detail == (
+    assert results.group_test(2, ("a", "b"), {"a": ok, "b": error}, {"a", "b"}).detail == (
         "b: RuntimeError: Connection reset by peer"
     )
-    late = rounds._group_test(2, ("a", "b"), {"a": ok}, {"a", "b"})
+    late = results.group_test(2, ("a", "b"), {"a": ok}, {"a", "b"})
     assert (late.status, late.detail) == ("timeout", "b passed the group's deadline")
-    gone = rounds._group_test(2, ("a", "b"), {"a": ok}, {"a"})
+    gone = results.group_test(2, ("a", "b"), {"a": ok}, {"a"})
     assert (gone.status, gone.absent) == ("absent", ("b",))
 
 
@@ -67,7 +67,7 @@ def test_a_group_is_judged_by_its_slowest_member_and_its_worst_end() -> None:
      {"status": "ok", "seconds": [[1, 0.1]] * 9}, {"status": "ok", "seconds": [], "init_s": "1"}],
 )  # fmt: skip
 def test_what_a_stranger_writes_as_a_result_is_no_result(value: object) -> None:
-    assert not rounds._is_result(value)
+    assert not results.is_result(value)
 
 
 def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path) -> None:
@@ -138,3 +138,31 @@ def test_a_node_that_dies_after_a_round_is_unreachable_from_the_round_it_missed(
     node3 = next(v for v in answer.nodes if v.node == "node3")
     assert node3.state == "unreachable" and "after taking part in round(s) 0, 1" in node3.why
     assert {v.node for v in answer.culprits} == {"node3"} and not answer.links
+
+
+def test_the_master_does_not_wait_for_a_node_that_stopped_and_no_node_waits_for_it() -> None:
+    """node2 stopped before its isolate phase and handed its report over: the master reads it
+    as silent at once rather than at the end of its wait; a master that stops before its own
+    isolate phase writes a plan of no rounds, which a node's wait reads at once."""
+    import time
+
+    from nccldoctor.meet import host_store
+
+    port = free_port()
+    store = host_store(port, 10)
+    keys = rounds.IsoKeys("nccldoctor/gone")
+    names = {0: "node0", 1: "node1", 2: "node2"}
+    for rank in (0, 1):
+        rounds.publish_state(store, keys, rank, True, "")
+    started = time.monotonic()
+    plan = rounds.coordinate(store, keys, rounds.Member("node0", 0, "127.0.0.1", port, "gloo",
+                                                        "lo", 2.0),
+                             names, "never", {}, 60.0, gone=lambda rank: rank == 2)  # fmt: skip
+    assert isinstance(plan, rounds.Plan) and time.monotonic() - started < 10
+
+    other = rounds.IsoKeys("nccldoctor/stopped")
+    rounds.close_plan(store, other, "rendezvous: only 2 of 3 nodes joined")
+    rounds.close_plan(store, other, "a second word is not written over the first")
+    assert rounds.wait_plan(store, other, 1.0) == rounds.Plan(
+        False, "rendezvous: only 2 of 3 nodes joined"
+    )

@@ -27,8 +27,9 @@ from datetime import timedelta
 from typing import Any
 
 from nccldoctor.cluster.isolate import grouptest
+from nccldoctor.cluster.isolate.results import group_test, is_result
 from nccldoctor.cluster.isolate.scheduler import Round, next_step
-from nccldoctor.facts.isolation import GroupTest, Isolation, SizeRate
+from nccldoctor.facts.isolation import GroupTest, Isolation
 from nccldoctor.forensics.stacks import readable
 
 INTERFACE_NAME = re.compile(r"[\w.:@-]{1,15}")  # what a node says it binds to, as Linux names it
@@ -132,6 +133,16 @@ def publish_state(
     store.set(keys.state(rank), json.dumps(value))
 
 
+def close_plan(store: Any, keys: IsoKeys, why: str) -> None:
+    """The master, on its way out: a plan of no rounds where it never wrote one (it stopped
+    before its isolate phase), so that no node waits for a plan that will not come."""
+    try:
+        if not store.check([keys.plan]):
+            store.set(keys.plan, json.dumps({"run": False, "why": why[:500]}))
+    except Exception:  # the store went with it: the nodes' wait has its deadline
+        pass
+
+
 def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
     """The master's plan, or None when it never came."""
     value = _wait_value(store, keys.plan, time.monotonic() + timeout_s)
@@ -194,11 +205,14 @@ def coordinate(
     states_wait_s: float,
     progress: Callable[[str], None] = lambda line: None,
     budget_GBps: Mapping[str, float] | None = None,
+    gone: Callable[[int], bool] = lambda rank: False,
 ) -> Isolation | Plan:
     """The master's side: the states, the plan, then the rounds (taking its own place in a
-    thread). The answer, or the plan when the rounds did not run."""
+    thread). The answer, or the plan when the rounds did not run. ``gone(rank)``: the node is
+    past its isolate phase without a state (it stopped and handed its report over): not waited
+    for."""
     names = {rank: name for rank, name in nodes.items()}
-    states = _read_states(store, keys, names, time.monotonic() + states_wait_s)
+    states = _read_states(store, keys, names, time.monotonic() + states_wait_s, gone)
     plan = should_isolate(mode, {names[r]: s for r, s in states.items()}, tcp_gbps)
     store.set(keys.plan, json.dumps({"run": plan.run, "why": plan.why}))
     if not plan.run:
@@ -250,9 +264,14 @@ def _all_node_run(
 
 
 def _read_states(
-    store: Any, keys: IsoKeys, names: Mapping[int, str], deadline: float
+    store: Any,
+    keys: IsoKeys,
+    names: Mapping[int, str],
+    deadline: float,
+    gone: Callable[[int], bool] = lambda rank: False,
 ) -> dict[int, dict[str, Any] | None]:
     states: dict[int, dict[str, Any] | None] = {r: None for r in names}
+    given_up: set[int] = set()
     while True:
         for rank in [r for r, s in states.items() if s is None]:
             value = _get(store, keys.state(rank))
@@ -263,7 +282,8 @@ def _read_states(
                     "why": str(value.get("why", ""))[:500],
                     "interface": interface if INTERFACE_NAME.fullmatch(interface) else "",
                 }
-        missing = [keys.state(r) for r, s in states.items() if s is None]
+        given_up |= {r for r, s in states.items() if s is None and r not in given_up and gone(r)}
+        missing = [keys.state(r) for r, s in states.items() if s is None and r not in given_up]
         if not missing or time.monotonic() >= deadline:
             return states
         _wait(store, missing[:1], min(1.0, max(0.0, deadline - time.monotonic())))
@@ -285,67 +305,14 @@ def _read_round(
                 took.add(name)
             if name not in results:
                 value = _get(store, keys.result(step.number, ranks[name]))
-                if _is_result(value):
+                if is_result(value):
                     results[name] = value
                     took.add(name)
         left = [n for n in members if n not in results]
         if not left or time.monotonic() >= deadline:
             break
         _wait(store, [keys.result(step.number, ranks[left[0]])], 0.5)
-    return [_group_test(step.number, g, results, took) for g in step.groups]
-
-
-def _group_test(
-    number: int, group: tuple[str, ...], results: Mapping[str, dict[str, Any]], took: set[str]
-) -> GroupTest:
-    absent = tuple(m for m in group if m not in took)
-    if absent:
-        return GroupTest(number, group, "absent", absent=absent)
-    mine = [results.get(m) for m in group]
-    inits = [r["init_s"] for r in mine if r and isinstance(r.get("init_s"), (int, float))]
-    init = max(inits) if inits else None
-    late = [m for m, r in zip(group, mine, strict=True) if r is None or r["status"] == "timeout"]
-    errors = [f"{m}: {r['error']}" for m, r in zip(group, mine, strict=True)
-              if r and r["status"] == "error"]  # fmt: skip
-    if errors:
-        return GroupTest(number, group, "error", init_s=init, detail="; ".join(errors)[:500])
-    if late:
-        detail = f"{', '.join(late)} passed the group's deadline"
-        return GroupTest(number, group, "timeout", init_s=init, detail=detail)
-    return GroupTest(number, group, "ok", _rates(group, mine), init_s=init)
-
-
-def _rates(
-    group: tuple[str, ...], results: Sequence[dict[str, Any] | None]
-) -> tuple[SizeRate, ...]:
-    """busbw per size from the slowest member's time, as nccl-tests combines ranks' times."""
-    seconds: dict[int, float] = {}
-    for result in results:
-        for size, s in (result or {}).get("seconds", []):
-            seconds[size] = max(seconds.get(size, 0.0), s)
-    n = len(group)
-    factor = 2 * (n - 1) / n
-    return tuple(
-        SizeRate(size, round(size / 1e9 / s * factor, 4))
-        for size, s in sorted(seconds.items())
-        if s > 0
-    )
-
-
-def _is_result(value: Any) -> bool:
-    if not isinstance(value, dict) or value.get("status") not in ("ok", "error", "timeout"):
-        return False
-    rows = value.get("seconds")
-    if not isinstance(rows, list) or len(rows) > len(grouptest.SIZES):
-        return False
-    if not all(
-        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and 0 < r[0] <= 1 << 40
-        and isinstance(r[1], (int, float)) and r[1] >= 0
-        for r in rows
-    ):  # fmt: skip
-        return False
-    value["error"] = str(value.get("error", ""))[: grouptest.ERROR_CHARS]
-    return value.get("init_s") is None or isinstance(value["init_s"], (int, float))
+    return [group_test(step.number, g, results, took) for g in step.groups]
 
 
 # -- the store --------------------------------------------------------------------------------------

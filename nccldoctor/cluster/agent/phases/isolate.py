@@ -43,7 +43,8 @@ def run(state: AgentState) -> PhaseEnd:
         tcp = state.gate.tcp_gbps if state.gate else {}
         try:
             answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
-                                       c.timeouts.exit_barrier, state.progress)  # fmt: skip
+                                       c.timeouts.exit_barrier, state.progress,
+                                       gone=lambda rank: _handed(state, rank))  # fmt: skip
         except Exception as exc:  # torch's store errors; the report says what was not decided
             return PhaseEnd(
                 f"the rounds stopped: {type(exc).__name__}: {exc}"[:300], PhaseStatus.FAIL
@@ -71,3 +72,11 @@ def _interface(state: AgentState) -> str | None:
     chosen = state.env.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
     reach = state.run.observed.reach
     return chosen or (reach.interface if reach else None)
+
+
+def _handed(state: AgentState, rank: int) -> bool:
+    """Whether node ``rank`` handed its report over already: it stopped before the rounds."""
+    try:
+        return bool(state.store.check([state.keys.results(rank)]))
+    except Exception:  # the master's own store: as good as not handed, the deadline decides
+        return False

@@ -11,6 +11,7 @@ from nccldoctor.cluster.agent import gather
 from nccldoctor.cluster.agent.state import AgentState
 from nccldoctor.cluster.diagnosis.node_report import build_node_report
 from nccldoctor.cluster.isolate import answer as isolate_answer
+from nccldoctor.cluster.isolate import rounds
 from nccldoctor.report import Report, write_report
 
 # A node waits for the master's verdict through the master's exit barrier, plus this for its merge.
@@ -35,6 +36,8 @@ def run(state: AgentState) -> tuple[Report, Path]:
                 wait = config.timeouts.exit_barrier + VERDICT_MARGIN_S
                 state.verdict = gather.await_verdict(store, state.keys, wait)
         return report, path
+    if store is not None and state.isolation is None:  # no node waits for rounds that never come
+        rounds.close_plan(store, rounds.IsoKeys(state.keys.prefix), run.aborted or "no rounds")
     cluster = gather.cluster_report(
         report, path, run, config, store, state.keys,
         0.0 if interrupted else config.timeouts.exit_barrier,
