@@ -4,8 +4,10 @@ Read from the Facts (the NIC speed the probe read from ``/sys/class/net/<if>/spe
 IB/RoCE port rate from ``/sys/class/infiniband/<hca>/ports/<n>/rate``) and the run's bandwidth
 section (the TCP probe). Which link is relevant follows the transport NCCL used: over Socket the
 NIC NCCL picks or the TCP probe, whichever is slower; over IB the node's ACTIVE ports together
-(NCCL spreads a collective over every HCA it uses). A rate nothing measured stays None: the
-report says unknown, never a guess (docs/report.md, *links*).
+(NCCL spreads a collective over every HCA it uses). A TCP probe that measured less than the
+busbw under-measured the link (a loaded host, loopback) or the collective took another path:
+its rate is a lower bound, never the budget. A rate nothing measured stays None: the report says
+unknown, never a guess (docs/report.md, *links*).
 """
 
 from __future__ import annotations
@@ -39,15 +41,20 @@ class NodeLinks:
     node: str
     links: list[Link] = field(default_factory=list)
 
-    def relevant(self, transport: str) -> tuple[str, float] | None:
-        """(what, Gbit/s) of the link that bounds this node over ``transport``; None unknown."""
+    def relevant(self, transport: str, busbw_Gbitps: float = 0.0) -> tuple[str, float] | None:
+        """(what, Gbit/s) of the link that bounds this node over ``transport``; None unknown.
+        A TCP probe below ``busbw_Gbitps`` under-measured the link and bounds nothing."""
         if transport == "IB":
             ports = [k for k in self.links if k.kind in ("ib", "roce") and k.Gbitps]
             if not ports:
                 return None
             names = ", ".join(k.name for k in ports)
             return names, sum(k.Gbitps for k in ports if k.Gbitps)
-        known = [(k.name, k.Gbitps) for k in self.links if k.kind in ("nic", "tcp") and k.Gbitps]
+        known = [
+            (k.name, k.Gbitps)
+            for k in self.links
+            if k.Gbitps and (k.kind == "nic" or (k.kind == "tcp" and k.Gbitps >= busbw_Gbitps))
+        ]
         return min(known, key=lambda pair: pair[1]) if known else None
 
 
@@ -66,10 +73,30 @@ class LinkBudget:
         """(node, link, Gbit/s) of the slowest node's relevant link; None when none is known."""
         if self.transport is None:
             return None
+        busbw = self._busbw_Gbitps()
         known = [
-            (n.node, *pair) for n in self.nodes if (pair := n.relevant(self.transport)) is not None
+            (n.node, *pair)
+            for n in self.nodes
+            if (pair := n.relevant(self.transport, busbw)) is not None
         ]
         return min(known, key=lambda entry: entry[2]) if known else None
+
+    def probe_below(self) -> tuple[str, float] | None:
+        """(node, Gbit/s) of the slowest TCP probe that measured less than the busbw over
+        Socket: a lower bound of that node's link, left out of the budget; None when none did."""
+        if self.transport != "Socket":
+            return None
+        busbw = self._busbw_Gbitps()
+        low = [
+            (n.node, k.Gbitps)
+            for n in self.nodes
+            for k in n.links
+            if k.kind == "tcp" and k.Gbitps and k.Gbitps < busbw
+        ]
+        return min(low, key=lambda entry: entry[1]) if low else None
+
+    def _busbw_Gbitps(self) -> float:
+        return self.busbw_GBps * 8 if self.busbw_GBps is not None else 0.0
 
     def fraction(self) -> float | None:
         """The largest busbw over what the slowest relevant link carries (both in GB/s)."""

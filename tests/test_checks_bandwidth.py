@@ -3,11 +3,15 @@ nothing measured it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from checks import run_checks
 from checks.linkrates import link_budget, port_rate_Gbitps
 from nccldoctor.facts.rdma import Hca, IbPort
+from nccldoctor.report.document import SUMMARY_KEYS, with_summaries
+from nccldoctor.report.links import links_section
 from tests.report.builders import node_facts
 
 
@@ -81,3 +85,50 @@ def test_unknown_rates_and_gloo_are_not_judged() -> None:
     assert run_checks("bandwidth", unknown) == []
     assert run_checks("bandwidth", link_budget(_nodes(), _sweep(0.01, backend="gloo"), None)) == []
     assert link_budget(_nodes(), _sweep(0.01), None).slowest() is None  # transport unknown
+
+
+def test_a_probe_that_measured_less_than_the_busbw_is_left_out_of_the_budget() -> None:
+    """8 Gbit/s of busbw went over a's link, so a's 2.6 Gbit/s probe under-measured it: the
+    budget is b's eth0, and the probe is named as a lower bound."""
+    budget = link_budget(_nodes(), _sweep(1.0, {"a": 2.6, "b": 30.0}), "Socket")
+    assert budget.slowest() == ("b", "eth0", 25.0)
+    assert budget.fraction() == pytest.approx(1.0 / (25 / 8))
+    assert budget.probe_below() == ("a", 2.6)
+    section = links_section({"bandwidth": _sweep(1.0, {"a": 2.6, "b": 30.0})}, "Socket", _nodes())
+    assert section["probe_below"] == {"node": "a", "Gbitps": 2.6}
+    assert section["sentence"].startswith("allreduce busbw 1.00 GB/s at 64 MiB = 32% of what eth0")
+    assert section["sentence"].endswith(
+        "; the 325 MB/s the TCP probe measured (a) is below it: a lower bound, not compared"
+    )
+
+
+def test_a_probe_below_the_busbw_with_no_other_rate_gives_no_fraction() -> None:
+    nodes = _nodes()
+    for facts in nodes:
+        facts.network.interfaces[1].speed_mbps = None
+    budget = link_budget(nodes, _sweep(0.5, {"a": 2.6, "b": 2.0}), "Socket")
+    assert budget.slowest() is None and budget.fraction() is None
+    assert budget.probe_below() == ("b", 2.0)
+    assert run_checks("bandwidth", budget) == []
+
+
+def test_a_loopback_demo_does_not_give_the_busbw_as_a_percentage_of_the_probe(fixtures) -> None:
+    """`nccldoctor demo --loopback`'s report as it wrote it (tests/fixtures/reports/
+    check-demo-loopback.json): gloo's allreduce reached 1.27 GB/s between the two simulated
+    nodes, the TCP probe on the same loopback measured 2.65 Gbit/s (331 MB/s); it said "= 383%
+    of the 331 MB/s the TCP probe measured". Its summaries are built again, as check builds them."""
+    written = json.loads((fixtures / "reports" / "check-demo-loopback.json").read_text())
+    assert "= 383% of the 331 MB/s the TCP probe measured" in written["links"]["sentence"]
+    document = with_summaries({k: v for k, v in written.items() if k not in SUMMARY_KEYS})
+    links = document["links"]
+    assert links["fraction"] is None and links["slowest"] is None
+    assert links["probe_below"] == {"node": "node1", "Gbitps": 2.649}
+    sentence = (
+        "allreduce busbw 1.27 GB/s at 1 MiB, more than the 331 MB/s the TCP probe measured "
+        "(node1): the probe read low, its rate is a lower bound of the link, so the busbw is "
+        "not compared with it"
+    )
+    assert links["sentence"] == sentence
+    answer = document["headline"]["answer"]
+    assert f"{sentence[:1].upper()}{sentence[1:]}." in answer
+    assert "%" not in answer

@@ -22,7 +22,8 @@ def links_section(
     document: dict[str, Any], network: Any, facts: list[NodeFacts] | None = None
 ) -> dict[str, Any] | None:
     """``{transport, expected, nodes: [{node, links: [{kind, name, Gbitps, source}]}], slowest,
-    busbw_GBps, size_bytes, fraction, sentence}``; None without a bandwidth sweep. ``facts``:
+    busbw_GBps, size_bytes, fraction, probe_below, sentence}``; None without a bandwidth sweep.
+    ``probe_below``: the slowest TCP probe that measured less than the busbw. ``facts``:
     the nodes as objects when the caller has them (read from the document otherwise)."""
     bandwidth = section(document, "bandwidth")
     if not bandwidth:
@@ -36,6 +37,7 @@ def links_section(
     budget = link_budget(facts, bandwidth, network)
     slowest = budget.slowest()
     fraction = budget.fraction()
+    low_probe = budget.probe_below()
     return {
         "transport": budget.transport,
         "expected": EXPECTED[budget.transport][2] if budget.transport else None,
@@ -55,6 +57,7 @@ def links_section(
         "busbw_GBps": budget.busbw_GBps,
         "size_bytes": budget.size_bytes,
         "fraction": round(fraction, 4) if fraction is not None else None,
+        "probe_below": {"node": low_probe[0], "Gbitps": low_probe[1]} if low_probe else None,
         "sentence": _sentence(budget.busbw_GBps, budget.size_bytes, slowest, fraction, budget),
     }
 
@@ -80,7 +83,16 @@ def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: LinkBu
     head = f"allreduce busbw {format_GBps(busbw)} at {format_bytes(size)}"
     if budget.transport is None:
         return f"{head}; the transport NCCL used is unknown, so is the link it is bounded by"
+    # a probe below the busbw read low: named as a lower bound, never as a share of the link
+    low = budget.probe_below()
+    probe = f"the {format_link_rate(low[1])} the TCP probe measured ({low[0]})" if low else ""
     if slowest is None or fraction is None:
+        if low:
+            return (
+                f"{head}, more than {probe}: the probe read low, its rate is a lower bound of "
+                "the link, so the busbw is not compared with it"
+            )
         return f"{head}; what the links carry is {UNKNOWN} (no NIC speed, port rate or TCP probe)"
     node, link, gbitps = slowest
-    return f"{head} = {percent(fraction)} {of_what(link, format_link_rate(gbitps))} ({node})"
+    sentence = f"{head} = {percent(fraction)} {of_what(link, format_link_rate(gbitps))} ({node})"
+    return f"{sentence}; {probe} is below it: a lower bound, not compared" if low else sentence
