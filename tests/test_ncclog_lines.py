@@ -118,5 +118,5 @@ def test_the_parser_explains_alike_in_c_and_in_python(monkeypatch):
     """Region sizes differ too (a block in C, 256 KiB in Python): the answer does not."""
     with_c = [_explained(path) for path in REAL]
     monkeypatch.setattr(parser, "classify", classify_python)
-    monkeypatch.setattr(parser, "APP_REGION", 256 << 10)
+    monkeypatch.setattr(parser, "REGION", 256 << 10)
     assert [_explained(path) for path in REAL] == with_c

@@ -1,16 +1,15 @@
-"""The streaming parser: blocks of lines in, per-process records out, in one pass.
+"""The one harness: blocks of lines in, per-process records out, in one pass.
 
-Hot path. A block (1 MiB) is looked at whole, at C speed, before any line is: ``bytes.count``
-gives its lines, collective-trace lines (``AllReduce: opCount …``, one per call per rank, the
-table's ``counted`` kind; in a rank's own file those of each communicator) and ``NCCL CALL``
-lines; one compiled regex, built from the table, finds the other lines that say ``NCCL``
-(init, transports, the algorithm of each call, WARNs), and stops once the block adds up.
-Only those are decoded and folded through the kinds table, plus the latest collective of each
-communicator. A source with the application's own output (a launcher's stdout: training steps,
-warnings) has its lines sorted by ``lines.classify`` instead, one pass in C; the application's
-lines are read line by line only when their *shapes* (the lines with every digit as 0, so a
-progress bar is one shape) hold something new that the signature gate or a ``TEXT_KINDS``
-needle may match. Memory per source: two blocks plus bounded records and shape sets.
+Hot path. Each block (1 MiB of whole lines; in Python, runs of 256 KiB) is sorted by
+``lines.classify``, one pass in C (its Python twin where the package was built without a
+compiler): collective-trace lines (``AllReduce: opCount …``, one per call per rank, the table's
+``counted`` kind) and ``NCCL CALL`` lines are only counted; the *candidates*, the other lines
+that say ``NCCL`` (init, transports, the algorithm of each call, WARNs), are folded through the
+kinds table, plus the latest collective of each communicator, found from the block's end.
+The application's lines (a launcher's stdout: training steps, warnings) are read line by line
+only when their *shapes* (the lines with every digit as 0, so a progress bar is one shape) hold
+something new that the signature gate or a ``TEXT_KINDS`` needle may match. Memory per source:
+two blocks plus bounded records and shape sets.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from nccldoctor.ncclog.inputs import (
 )
 from nccldoctor.ncclog.kinds import TEXT_KINDS, match_kind, warned
 from nccldoctor.ncclog.lines import (
-    CALL_NEEDLE,
     CANDIDATE,
     COLL_NEEDLE,
     HAS_NCCL,
@@ -71,11 +69,10 @@ GROUP = 64  # application lines tested together when a block may hold something
 REPEAT = 4  # shapes are remembered when a block's lines repeat them 4 times on average
 TAIL_OPS = 32  # collective lines parsed at the end of a source
 EXACT_COMMS = 4  # up to this many communicators, a block's collectives are counted per comm
-DENSE = 256  # more candidate lines than this in a block: found by splitting it into lines
-# a launcher's stdout is sorted into lines in runs this long. In Python the lines' objects and
-# the lists of them then stay in the CPU's cache between the passes (1 MiB at a time measured
-# 40% slower); the C pass makes only the application's and the candidates', so it takes a block.
-APP_REGION = BLOCK_BYTES if NATIVE else 256 << 10
+# lines are sorted in runs this long. In Python the lines' objects and the lists of them then
+# stay in the CPU's cache between the passes (1 MiB at a time measured 40% slower); the C pass
+# makes only the application's and the candidates', so it takes a block.
+REGION = BLOCK_BYTES if NATIVE else 256 << 10
 MEMO_LIMIT = 4096
 _KEY_AND_TEXT = operator.itemgetter(0, 4)  # of a memo entry: its process, the line as text
 WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
@@ -93,9 +90,9 @@ def _version(text: str) -> tuple[str, str | None] | None:
 
 
 def _regions(data: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """``data[start:end]`` in runs of whole lines of about APP_REGION bytes (one line longer)."""
+    """``data[start:end]`` in runs of whole lines of about REGION bytes (one line longer)."""
     while start < end:
-        stop = data.find(b"\n", min(start + APP_REGION, end) - 1, end) + 1 or end
+        stop = data.find(b"\n", min(start + REGION, end) - 1, end) + 1 or end
         yield start, stop
         start = stop
 
@@ -116,7 +113,6 @@ class SourceParser:
         self._identify = identify
         self._needles: dict[str, bytes] = {}  # comm pointer -> b" comm 0x… [nranks="
         self._last_coll: Block | None = None  # its tail holds the latest collectives
-        self._calls = False  # whether this source has NCCL CALL lines at all
         self._memo: dict[bytes, tuple] = {}  # repeated line -> (key, kind, match, envelope, text)
         # lines of the memo met since the last line parsed, folded once a block (or before the
         # next line parsed): their kinds' folds take a count, so one fold stands for many lines
@@ -126,7 +122,6 @@ class SourceParser:
         self._shapes: set[tuple[bytes, bytes]] = set()  # application line pairs looked at
         self._loud: set[tuple[bytes, bytes]] = set()  # ... and those worth reading line by line
         self._prev_shape = b""
-        self._app = False  # whether the source has lines without NCCL (stdout, not a rank file)
         self._split_once = False
 
     def _process(self, key: str, host: str, pid: int) -> ProcessLog | None:
@@ -166,112 +161,28 @@ class SourceParser:
     def _region(self, data: bytes, start: int, end: int) -> tuple[int, bool | None]:
         """Account for every line of ``data[start:end]``, parse those worth it; return how many
         collective lines were only counted, and whether some are of communicators not met yet
-        (None: not counted, there are too many communicators to count each). One of three
-        ways, cheapest first: a launcher's stdout (``_app_region``), a rank's own file counted
-        per communicator (``_own_region``), any other NCCL output (``_nccl_region``)."""
+        (None: not counted, there are too many communicators to count each)."""
         needles = self._comm_needles()
-        if self._app:  # sorted into lines (in C: a block at a time; in Python: cache-sized runs)
-            n_coll = sum(self._app_region(data, a, b) for a, b in _regions(data, start, end))
-            if len(needles) > EXACT_COMMS:
-                return n_coll, None
-            return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
-        if not self._calls and data.find(CALL_NEEDLE, start, end) >= 0:
-            self._calls = True  # NCCL_DEBUG_SUBSYS has CALL: count those lines from now on
-        n_call = data.count(CALL_NEEDLE, start, end) if self._calls else 0
-        n_lines = data.count(b"\n", start, end)
+        n_coll = sum(self._sorted(data, a, b) for a, b in _regions(data, start, end))
         if len(needles) > EXACT_COMMS:
-            return self._nccl_region(data, start, end, n_lines, n_call), None
-        n_known = sum(data.count(needle, start, end) for needle in needles.values())
-        if needles and self._own_region(data, start, end, n_lines, n_call, n_known):
-            return n_known, False
-        n_coll = self._nccl_region(data, start, end, n_lines, n_call)
-        return n_coll, n_coll > n_known
+            return n_coll, None
+        return n_coll, n_coll > sum(data.count(n, start, end) for n in needles.values())
 
-    def _own_region(
-        self, data: bytes, start: int, end: int, n_lines: int, n_call: int, n_known: int
-    ) -> bool:
-        """A rank's own file: ``n_known`` lines are collectives of the communicators met, the
-        rest CALLs and a few other NCCL lines (rank 0's tuning of each call). True when that
-        accounts for every line, which are then counted and parsed."""
-        if n_known + n_call == n_lines:  # only their collectives and CALLs
-            self.result.lines += n_lines
-            self._count(n_known, n_call)
-            return True
-        raws, found = self._find(data, start, end, n_lines - n_known - n_call)
-        n_coll = n_known - sum(found.count(needle) for needle in self._needles.values())
-        calls = n_call - found.count(CALL_NEEDLE)
-        if len(raws) + n_coll + calls != n_lines:
-            return False
-        self._parse_found(data, start, end, raws)
-        self.result.lines += n_lines
-        self._count(n_coll, calls)
-        return True
-
-    def _nccl_region(self, data: bytes, start: int, end: int, n_lines: int, n_call: int) -> int:
-        """Any NCCL output: collective lines of any communicator counted, the other lines that
-        say NCCL found and parsed; lines without NCCL make the source an application's from
-        here on. Return the collective lines."""
-        n_coll = data.count(COLL_NEEDLE, start, end)
-        if n_coll + n_call != n_lines:  # lines other than collectives and CALLs: find them
-            raws, found = self._find(data, start, end, n_lines - n_coll - n_call)
-            n_coll -= found.count(COLL_NEEDLE)  # needles inside them are not counted lines
-            n_call -= found.count(CALL_NEEDLE)
-            if len(raws) + n_coll + n_call != n_lines:  # lines without NCCL: the application's
-                return self._app_region(data, start, end)
-            self._parse_found(data, start, end, raws)
-        self.result.lines += n_lines
-        self._count(n_coll, n_call)
-        return n_coll
-
-    def _app_region(self, data: bytes, start: int, end: int) -> int:
-        """Account for the lines of ``data[start:end]`` in a source with application lines,
-        parse those worth it, return its collective lines (``lines.classify`` sorts them)."""
+    def _sorted(self, data: bytes, start: int, end: int) -> int:
+        """Account for the lines of ``data[start:end]`` as ``lines.classify`` sorts them, parse
+        those worth it, return its collective lines."""
         n_lines, shapes, raws, n_call = classify(data, start, end)
-        self._app = self._app or bool(shapes)  # a launcher's stdout: every region this way now
         self._read_application(shapes, raws, data, start, end)
         self.result.lines += n_lines
         n_coll = n_lines - len(shapes) - len(raws) - n_call
         self._count(n_coll, n_call)
         return n_coll
 
-    def _find(
-        self, data: bytes, start: int, end: int, want: int | None
-    ) -> tuple[list[bytes], bytes]:
-        """The candidate lines of ``data[start:end]`` and their text joined: ``want`` of them
-        make the block add up (None: all there are, searched for through the whole block)."""
-        if want is not None and want > DENSE:  # most lines (rank 0's tuning of every call):
-            raws = list(filter(CANDIDATE.search, data[start:end].split(b"\n")))  # all in C
-        else:
-            raws = [data[first:stop] for first, stop in self._spans(data, start, end, want)]
-        return raws, b"\n".join(raws)
-
     def _count(self, n_coll: int, n_call: int) -> None:
         result = self.result
         result.coll_lines += n_coll
         result.call_lines += n_call
         result.nccl_lines += n_coll + n_call
-
-    def _spans(self, data: bytes, start: int, end: int, want: int | None) -> list[tuple[int, int]]:
-        """Where the lines CANDIDATE finds are: (first byte, newline), in order. ``want`` of
-        them make the block add up (more when some hold a counted needle): the search stops
-        there, so a rank file's init lines at the top of a block cost no pass over the rest."""
-        spans: list[tuple[int, int]] = []
-        stop, pos = -1, start
-        want = end - start if want is None else want
-        while len(spans) < want and pos < end:
-            for m in CANDIDATE.finditer(data, pos, end):
-                at = m.start()
-                if at > stop:  # not a second NCCL on the line before
-                    stop = data.find(b"\n", at, end)
-                    spans.append((max(start, data.rfind(b"\n", start, at) + 1), stop))
-                    if len(spans) == want:
-                        break
-            else:
-                break  # the whole block was searched
-            pos = stop + 1
-            found = b"\n".join(data[first:last] for first, last in spans)
-            want = len(spans) + found.count(COLL_NEEDLE) + found.count(CALL_NEEDLE)
-        return spans
 
     def _parse_found(self, data: bytes, start: int, end: int, raws: list[bytes]) -> None:
         """Parse the candidate lines ``raws`` of ``data[start:end]``. The application lines
