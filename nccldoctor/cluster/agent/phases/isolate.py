@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.cluster.isolate import rounds
+from nccldoctor.cluster.isolate.budget import link_budgets
 from nccldoctor.cluster.records import PhaseStatus
 
 MIN_NODES = 3  # two nodes alone cannot tell a node from the link between them
@@ -41,9 +42,11 @@ def run(state: AgentState) -> PhaseEnd:
     if run.is_master:
         names = {n.node_rank: n.name for n in world.nodes}
         tcp = state.gate.tcp_gbps if state.gate else {}
+        slots = {n.slot: n.name for n in world.nodes}
+        budget = link_budgets(state.entries, slots, world.backend)
         try:
             answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
-                                       c.timeouts.exit_barrier, state.progress,
+                                       c.timeouts.exit_barrier, state.progress, budget,
                                        gone=lambda rank: _handed(state, rank))  # fmt: skip
         except Exception as exc:  # torch's store errors; the report says what was not decided
             return PhaseEnd(

@@ -1,0 +1,39 @@
+"""What each node's link should carry, for the scheduler's slowness test (a group far below the
+others' median is slow only when it is also far below its slower member's link): the rate of the
+link NCCL would use, read from the nodes' Facts as the bandwidth rules read it
+(checks/linkrates.py): the active InfiniBand/RoCE ports where any node has them, else the NIC.
+Only for NCCL: gloo moves tensors through the CPU and is not meant to fill a link."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from checks.linkrates import node_links
+from nccldoctor.cluster.records import NodeEntry
+from nccldoctor.facts import NodeFacts, from_dict
+
+
+def link_budgets(
+    entries: Sequence[NodeEntry], names: Mapping[int, str], backend: str
+) -> dict[str, float]:
+    """node name -> GB/s its link carries; ``names``: slot -> the world's name of the node."""
+    if backend != "nccl":
+        return {}
+    links = {}
+    for entry in entries:
+        if entry.slot not in names:
+            continue
+        try:
+            facts = from_dict(NodeFacts, entry.facts)
+        except Exception:  # an entry's facts are a peer's: what does not read is no budget
+            continue
+        links[names[entry.slot]] = node_links(facts, None)
+    transport = (
+        "IB" if any(k.kind in ("ib", "roce") for n in links.values() for k in n.links) else "Socket"
+    )
+    budgets = {}
+    for name, node in links.items():
+        relevant = node.relevant(transport)
+        if relevant and relevant[1] > 0:
+            budgets[name] = relevant[1] / 8  # Gbit/s to GB/s, busbw's unit
+    return budgets
