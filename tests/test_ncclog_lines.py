@@ -15,7 +15,7 @@ from checks.signatures import identify
 from nccldoctor.explain import explain_logs
 from nccldoctor.ncclog import lines, parser
 from nccldoctor.ncclog.lines import CALL_NEEDLE, CANDIDATE, Sorted, classify_python
-from nccldoctor.ncclog.parser import parse_source
+from nccldoctor.ncclog.sources import parse_source
 
 REAL = sorted((Path(__file__).parent / "fixtures" / "real").glob("*/log.txt"))
 # what _lines.c spells out by hand; a change to the kinds table must be made there too

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from nccldoctor.ncclog.parser import parse_source
+from nccldoctor.ncclog.sources import parse_source
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,14 +13,9 @@ from hypothesis import strategies as st
 from checks.signatures import identify
 from nccldoctor.explain import explain_logs, judge_logs
 from nccldoctor.ncclog.inputs import STRETCH_MIN, BlockReader, Source, cut_before, stretches
-from nccldoctor.ncclog.parser import (
-    COLL_NEEDLE,
-    LogSet,
-    _settled,
-    parse_source,
-    parse_sources,
-    parse_stretch,
-)
+from nccldoctor.ncclog.lines import COLL_NEEDLE
+from nccldoctor.ncclog.records import LogSet
+from nccldoctor.ncclog.sources import _settled, parse_source, parse_sources, parse_stretch
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REAL = sorted((Path(__file__).parent / "fixtures" / "real").glob("*/log.txt"))
