@@ -189,6 +189,21 @@ def test_the_link_budget_is_the_link_nccl_would_use_and_none_for_gloo() -> None:
     entries = [NodeEntry(0, "a", facts=facts("a", False)), NodeEntry(1, "b", facts=facts("b", True)),
                NodeEntry(2, "c", facts={"network": "not facts"})]  # fmt: skip
     names = {0: "node0", 1: "node1", 2: "node2"}
-    assert link_budgets(entries, names, "nccl") == {"node1": 25.0}
-    assert link_budgets(entries[:1], names, "nccl") == {"node0": 12.5}  # Socket: the NIC
-    assert link_budgets(entries, names, "gloo") == {}
+    assert link_budgets(entries, names, "nccl") == ("IB", {"node1": 25.0})
+    assert link_budgets(entries[:1], names, "nccl") == ("Socket", {"node0": 12.5})  # the NIC
+    assert link_budgets(entries, names, "gloo") == ("", {})
+
+
+def test_auto_isolates_when_the_all_node_busbw_is_far_below_what_the_links_carry() -> None:
+    from nccldoctor.cluster.isolate.budget import below_links
+
+    budgets = {"node0": 25.0, "node1": 12.5}
+    why = below_links(1.2, "IB", budgets)  # 40% of 12.5 is 5
+    assert (
+        why == "the all-node busbw 1.20 GB/s is below 40% of what node1's link carries (12.50 GB/s)"
+    )
+    assert below_links(5.5, "IB", budgets) == "" and below_links(None, "IB", budgets) == ""
+    assert below_links(1.2, "", budgets) == "" and below_links(1.2, "IB", {}) == ""
+    ok = {"ok": True, "why": ""}
+    plan = rounds.should_isolate("auto", {"a": ok, "b": ok, "c": ok}, {}, why)
+    assert plan.run and plan.why == why

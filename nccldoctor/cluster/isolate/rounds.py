@@ -88,10 +88,12 @@ def should_isolate(
     mode: str,
     states: Mapping[str, Mapping[str, Any] | None],
     tcp_gbps: Mapping[str, float],
+    below_links: str = "",
 ) -> Plan:
     """Whether the rounds run: ``always``, never with ``never``; with ``auto`` when a node's part
-    of the all-node run failed or hung, a node never said how it went, or a node's TCP rate to
-    the master is far below the others' (what its link carries is not what theirs do)."""
+    of the all-node run failed or hung, a node never said how it went, a node's TCP rate to the
+    master is far below the others' (what its link carries is not what theirs do), or
+    ``below_links`` says the all-node busbw is far below what the links carry."""
     if mode == "never":
         return Plan(False, "--isolate never")
     failed = [n for n, s in states.items() if s is not None and not s.get("ok")]
@@ -104,6 +106,8 @@ def should_isolate(
     slow = slow_links(tcp_gbps)
     if slow:
         why.append(slow)
+    if below_links:
+        why.append(below_links)
     if why:
         return Plan(True, "; ".join(why))
     if mode == "always":
@@ -206,6 +210,7 @@ def coordinate(
     progress: Callable[[str], None] = lambda line: None,
     budget_GBps: Mapping[str, float] | None = None,
     gone: Callable[[int], bool] = lambda rank: False,
+    below_links: str = "",
 ) -> Isolation | Plan:
     """The master's side: the states, the plan, then the rounds (taking its own place in a
     thread). The answer, or the plan when the rounds did not run. ``gone(rank)``: the node is
@@ -213,7 +218,7 @@ def coordinate(
     for."""
     names = {rank: name for rank, name in nodes.items()}
     states = _read_states(store, keys, names, time.monotonic() + states_wait_s, gone)
-    plan = should_isolate(mode, {names[r]: s for r, s in states.items()}, tcp_gbps)
+    plan = should_isolate(mode, {names[r]: s for r, s in states.items()}, tcp_gbps, below_links)
     store.set(keys.plan, json.dumps({"run": plan.run, "why": plan.why}))
     if not plan.run:
         return plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.cluster.isolate import rounds
-from nccldoctor.cluster.isolate.budget import link_budgets
+from nccldoctor.cluster.isolate.budget import below_links, link_budgets
 from nccldoctor.cluster.records import PhaseStatus
 
 MIN_NODES = 3  # two nodes alone cannot tell a node from the link between them
@@ -43,11 +43,15 @@ def run(state: AgentState) -> PhaseEnd:
         names = {n.node_rank: n.name for n in world.nodes}
         tcp = state.gate.tcp_gbps if state.gate else {}
         slots = {n.slot: n.name for n in world.nodes}
-        budget = link_budgets(state.entries, slots, world.backend)
+        transport, budget = link_budgets(state.entries, slots, world.backend)
+        results = run.workers.results.values() if run.workers else ()
+        rates = [row.busbw_GBps for result in results for row in result.bandwidth]
+        slow = below_links(max(rates, default=None), transport, budget)
         try:
             answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
                                        c.timeouts.exit_barrier, state.progress, budget,
-                                       gone=lambda rank: _handed(state, rank))  # fmt: skip
+                                       gone=lambda rank: _handed(state, rank),
+                                       below_links=slow)  # fmt: skip
         except Exception as exc:  # torch's store errors; the report says what was not decided
             return PhaseEnd(
                 f"the rounds stopped: {type(exc).__name__}: {exc}"[:300], PhaseStatus.FAIL
