@@ -65,6 +65,10 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
+def _concat(a: list, b: list) -> list:
+    return a + b
+
+
 def _new_keys(a: dict, b: dict) -> dict:
     for key, value in b.items():
         a.setdefault(key, value)
@@ -88,7 +92,7 @@ def _most(a: dict[Any, int], b: dict[Any, int]) -> dict[Any, int]:
     return a
 
 
-def appended_to(cap: int | None) -> Callable[[list, list], list]:
+def appended_to(cap: int) -> Callable[[list, list], list]:
     return lambda a, b: (a + b)[:cap]
 
 
@@ -151,6 +155,7 @@ IB_PORTS = Join(lambda a, b: by_index(b, a), by_index)  # one line per port in 2
 COUNTED_BY_RECORD = Join(_new_keys, _first)  # the next stretch's counted by its record's join
 OWN = Join(_first, _first)  # the first record's alone
 LATEST = Join(_first, _later_said)  # the latest said in the file
+EACH = Join(_concat, _first)  # what each source said; a stretch's is its file's
 
 
 def appended(cap: int) -> Join:

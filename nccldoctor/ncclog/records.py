@@ -17,6 +17,7 @@ from nccldoctor.ncclog.joins import (
     COUNT,
     COUNTED_BY_RECORD,
     COUNTS,
+    EACH,
     FIRST,
     FIRST_KEYED,
     FLAG,
@@ -30,7 +31,6 @@ from nccldoctor.ncclog.joins import (
     VALUE,
     Join,
     appended,
-    appended_to,
     join,
     joined,
     kept,
@@ -319,7 +319,7 @@ class ProcessLog:
         return main.rank if main else None
 
 
-def _hits(mine: dict[str, SignatureHit], other: dict[str, SignatureHit]) -> dict:
+def _hits(mine: dict[str, SignatureHit], other: dict[str, SignatureHit]) -> dict[str, SignatureHit]:
     merge_hits(mine, other)
     return mine
 
@@ -330,7 +330,7 @@ class LogSet:
     how the records of two sources, or of two stretches of one file, join."""
 
     processes: dict[str, ProcessLog] = joined(Join(_twins, _continued), default_factory=dict)
-    sources: list[str] = joined(Join(appended_to(None), OWN.next), default_factory=list)
+    sources: list[str] = joined(EACH, default_factory=list)
     lines: int = joined(COUNT, default=0)
     nccl_lines: int = joined(COUNT, default=0)
     coll_lines: int = joined(COUNT, default=0)
