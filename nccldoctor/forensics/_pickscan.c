@@ -5,9 +5,9 @@
  * hostile ones): the opcodes run over a model of the unpickler's stack and memo where a value is
  * only its weight (objects a walk visits, bytes of strings and ints, depth in containers, each
  * shared reference again); `why` is a pickscan.Stop, `at` the opcode's offset.
- * A list, dict or set lives in `nodes`, which the stack and the memo share, as they share the
- * object; any other value is copied. Sums stay below 2^64: bounds are at most 2^32, a pickle
- * under 2 GiB, and each sum is checked once an opcode has added to it.
+ * Values live in one array; the stack and the memo hold their indices. Sums stay below 2^64:
+ * bounds are at most 2^32, a pickle under 2 GiB, and each sum is checked once an opcode has added
+ * to it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")  /* a tenth faster than the build's -O2 here */
@@ -25,27 +25,29 @@ enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, B
 #define LONG_BYTES 8
 #define LONG_DIGITS 20
 
-/* Neither field type is size_t's (unsigned long) nor a char, so the compiler knows that a store
- * to a value leaves the scan's lengths alone and keeps them in registers. */
+/* A value the pickle builds, as the scan weighs it. Neither field type is size_t's (unsigned long)
+ * nor a char, so the compiler knows that a store to a value leaves the scan's lengths alone. */
 typedef struct {
     unsigned long long objects, bytes;
-    uint32_t node;   /* a LIST, DICT or SET: its index in nodes, which holds its weight */
-    uint16_t depth;
-    uint16_t kind;   /* a node's kind has FROZEN set once it was referenced */
+    uint16_t depth, kind;
+    uint16_t frozen;  /* referenced again (a memo GET, DUP): a list, dict or set may not change */
 } Value;
-#define FROZEN 0x100
 
+/* The stack and the memo hold values by their index in `values`, as the unpickler's hold objects:
+ * a list the memo gives back is the one the stack built, and grows with it. */
 typedef struct {
-    Value *items;
+    uint32_t *items;
     size_t len, cap;
-} Values;
+} Refs;
 
 typedef struct {
     const unsigned char *data;
-    size_t size, pos, at;
-    uint64_t max_objects, max_bytes, max_depth, built, number;  /* not a value's type */
+    size_t size, at;
+    uint64_t max_objects, max_bytes, max_depth, number;  /* not a value's type */
     int why;
-    Values stack, memo, nodes;
+    Value *values;  /* every value built, in order: how many is what the pickle builds */
+    size_t nvalues, capvalues;
+    Refs stack, memo;
     size_t *marks;
     size_t nmarks, capmarks;
 } Scan;
@@ -72,77 +74,51 @@ static int grow(Scan *s, void **items, size_t *cap, size_t need, size_t width) {
     return 0;
 }
 
-/* A new slot at the end of v (its fields are the caller's to set). An opcode pushes at most one
- * value, stores at most one memo entry and makes at most one node, so each array, sized to the
- * pickle's bytes before the scan, always has room (untouched, the room costs no memory). */
-static inline Value *slot(Values *v) { return &v->items[v->len++]; }
+/* An opcode builds at most one value, pushes at most one and stores at most one memo entry, so
+ * each array, sized to the pickle's bytes before the scan, always has room (untouched, the room
+ * costs no memory). */
+static inline void push(Scan *s, uint32_t value) { s->stack.items[s->stack.len++] = value; }
 
-static inline int mutable(const Value *v) { return v->kind >= LIST; }
-
-/* The weight of a value: a container's lives in its node. */
-static inline Value *weight(Scan *s, Value *v) { return mutable(v) ? &s->nodes.items[v->node] : v; }
-
-static int over(Scan *s, const Value *w, uint64_t objects) {
+static int over(Scan *s, uint64_t objects, uint64_t bytes) {
     if (objects > s->max_objects)
         return stop(s, OBJECTS, s->max_objects);
-    if (w->bytes > s->max_bytes)
+    if (bytes > s->max_bytes)
         return stop(s, BYTES, s->max_bytes);
     return stop(s, DEPTH, s->max_depth);
 }
 
 /* One branch for the three bounds (the scan's most frequent test); which one, only when over. */
-static inline int check(Scan *s, const Value *w, uint64_t objects) {
-    if ((objects > s->max_objects) | (w->bytes > s->max_bytes) | (w->depth > s->max_depth))
-        return over(s, w, objects);
+static inline int check(Scan *s, uint64_t objects, uint64_t bytes, unsigned depth) {
+    if ((objects > s->max_objects) | (bytes > s->max_bytes) | (depth > s->max_depth))
+        return over(s, objects, bytes);
     return 0;
 }
 
-/* A scalar just built, pushed: one object of nbytes, no depth. */
-static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
-    if ((++s->built > s->max_objects) | (nbytes > s->max_bytes)) {
-        if (s->built > s->max_objects)
-            return stop(s, OBJECTS, s->max_objects);
-        return stop(s, BYTES, s->max_bytes);
-    }
-    Value *v = slot(&s->stack);
+/* A value just built, pushed: one object of nbytes at depth (0 a scalar, 1 an empty container);
+ * the values built so far count as objects too. */
+static inline int build(Scan *s, uint64_t nbytes, unsigned depth, int kind) {
+    uint64_t built = s->nvalues + 1;
+    if (check(s, built, nbytes, depth) < 0)
+        return -1;
+    Value *v = &s->values[s->nvalues];
     v->objects = 1;
     v->bytes = nbytes;
-    v->node = 0;
-    v->depth = 0;
+    v->depth = (uint16_t)depth;
     v->kind = (uint16_t)kind;
+    v->frozen = 0;
+    push(s, (uint32_t)s->nvalues++);
     return 0;
 }
 
-/* An empty container just built, in *out; a list, dict or set gets a node of its own. */
-static int new_container(Scan *s, int kind, Value *out) {
-    Value v = {1, 0, 0, 1, (uint16_t)kind};
-    s->built++;
-    if (check(s, &v, s->built) < 0)
-        return -1;
-    if (kind >= LIST) {
-        v.node = (uint32_t)s->nodes.len;
-        *slot(&s->nodes) = v;
-    }
-    *out = v;
-    return 0;
-}
+static inline int scalar(Scan *s, uint64_t nbytes, int kind) { return build(s, nbytes, 0, kind); }
 
-static int push_new(Scan *s, int kind) {
-    Value v;
-    if (new_container(s, kind, &v) < 0)
-        return -1;
-    *slot(&s->stack) = v;
-    return 0;
-}
-
-/* items go into target (its weight), checked once they are in: each weighs at most the bounds
- * (2^32), there are fewer than 2^31 of them, so no sum wraps. */
-static inline int add(Scan *s, Value *target, Value *items, size_t count) {
-    Value *t = weight(s, target);
+/* items go into target, checked once they are in: each weighs at most the bounds (2^32), there
+ * are fewer than 2^31 of them, so no sum wraps. */
+static inline int add(Scan *s, Value *t, const uint32_t *items, size_t count) {
     unsigned long long objects = t->objects, bytes = t->bytes;
     unsigned depth = t->depth;
     for (size_t i = 0; i < count; i++) {
-        const Value *w = weight(s, &items[i]);
+        const Value *w = &s->values[items[i]];
         objects += w->objects;
         bytes += w->bytes;
         if (w->depth + 1u > depth)
@@ -151,7 +127,7 @@ static inline int add(Scan *s, Value *target, Value *items, size_t count) {
     t->objects = objects;
     t->bytes = bytes;
     t->depth = (uint16_t)depth;
-    return check(s, t, objects);
+    return check(s, objects, bytes, depth);
 }
 
 static inline size_t fence(const Scan *s) { return s->nmarks ? s->marks[s->nmarks - 1] : 0; }
@@ -176,50 +152,50 @@ static Value *target(Scan *s, size_t position, int kind, int op) {
         stop(s, STACK, (uint64_t)op);
         return NULL;
     }
-    Value *v = &s->stack.items[position];
+    Value *v = &s->values[s->stack.items[position]];
     if (v->kind != kind) {
         stop(s, STACK, (uint64_t)op);
         return NULL;
     }
-    if (s->nodes.items[v->node].kind & FROZEN) {
+    if (v->frozen) {
         stop(s, CHANGED, (uint64_t)op);
         return NULL;
     }
     return v;
 }
 
-static int keys(Scan *s, const Value *items, size_t count, int op, int pairs) {
+static int keys(Scan *s, const uint32_t *items, size_t count, int op, int pairs) {
     if (pairs && count % 2)
         return stop(s, STACK, (uint64_t)op);
     for (size_t i = 0; i < count; i += pairs ? 2 : 1)
-        if (items[i].kind != KEY)
+        if (s->values[items[i]].kind != KEY)
             return stop(s, BADKEY, (uint64_t)op);
     return 0;
 }
 
 /* The items from start up become one new container of kind, pushed in their place. */
 static int container(Scan *s, size_t start, int kind) {
-    Value v;
-    if (new_container(s, kind, &v) < 0)
+    size_t count = s->stack.len - start;
+    if (build(s, 0, 1, kind) < 0)
         return -1;
-    if (add(s, &v, s->stack.items + start, s->stack.len - start) < 0)
+    uint32_t made = s->stack.items[--s->stack.len];
+    if (add(s, &s->values[made], s->stack.items + start, count) < 0)
         return -1;
     s->stack.len = start;
-    *slot(&s->stack) = v;
+    push(s, made);
     return 0;
 }
 
-static inline int push_reference(Scan *s, const Value *v) {
-    if (mutable(v))
-        s->nodes.items[v->node].kind |= FROZEN;  /* referenced twice now: its weight is final */
-    *slot(&s->stack) = *v;
-    return 0;
+static inline void push_reference(Scan *s, uint32_t value) {
+    s->values[value].frozen = 1;  /* referenced twice now: its weight is final */
+    push(s, value);
 }
 
 static inline int get(Scan *s, uint64_t index) {
     if (index >= s->memo.len)
         return stop(s, MEMO, index);
-    return push_reference(s, &s->memo.items[index]);
+    push_reference(s, s->memo.items[index]);
+    return 0;
 }
 
 static inline int put(Scan *s, uint64_t index, int op) {
@@ -227,8 +203,9 @@ static inline int put(Scan *s, uint64_t index, int op) {
         return -1;
     if (index > s->memo.len)
         return stop(s, MEMO, index);
-    Value *entry = index == s->memo.len ? slot(&s->memo) : &s->memo.items[index];
-    *entry = s->stack.items[s->stack.len - 1];
+    if (index == s->memo.len)
+        s->memo.len++;
+    s->memo.items[index] = s->stack.items[s->stack.len - 1];
     return 0;
 }
 
@@ -356,7 +333,7 @@ long_binput:
     pos += 4;
     NEXT();
 mark:
-    s->marks[s->nmarks++] = s->stack.len;  /* room for one a byte, as in slot() */
+    s->marks[s->nmarks++] = s->stack.len;  /* room for one a byte, as in push() */
     NEXT();
 binint:  /* BININT1, BININT2, BININT */
     width = op == 'K' ? 1 : op == 'M' ? 2 : 4;
@@ -404,11 +381,11 @@ binfloat:
     pos += 8;
     NEXT();
 empty:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
-    if (push_new(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
+    if (build(s, 0, 1, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
         goto fail;
     NEXT();
 empty_tuple:
-    if (push_new(s, TUPLE) < 0)
+    if (build(s, 0, 1, TUPLE) < 0)
         goto fail;
     NEXT();
 tuple_n:  /* TUPLE1, TUPLE2, TUPLE3 */
@@ -466,8 +443,9 @@ pop_mark_op:
     s->stack.len = start;
     NEXT();
 dup:
-    if (need(s, 1, op) < 0 || push_reference(s, &s->stack.items[s->stack.len - 1]) < 0)
+    if (need(s, 1, op) < 0)
         goto fail;
+    push_reference(s, s->stack.items[s->stack.len - 1]);
     NEXT();
 frame:  /* how many bytes the next opcodes take */
     if (have(s, pos, 8) < 0 || have(s, pos + 8, little(s->data + pos, 8)) < 0)
@@ -533,22 +511,22 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     Scan s = kept;
-    s.stack.len = s.memo.len = s.nodes.len = s.nmarks = 0;
+    s.stack.len = s.memo.len = s.nvalues = s.nmarks = 0;
     s.data = data.buf;
     s.size = (size_t)data.len;
     s.max_objects = max_objects;
     s.max_bytes = max_bytes;
     s.max_depth = max_depth;
-    s.built = s.number = 0;
+    s.number = 0;
     s.why = 0;
     size_t room = s.size + 1;
-    int failed = grow(&s, (void **)&s.stack.items, &s.stack.cap, room, sizeof(Value)) < 0 ||
-                 grow(&s, (void **)&s.memo.items, &s.memo.cap, room, sizeof(Value)) < 0 ||
-                 grow(&s, (void **)&s.nodes.items, &s.nodes.cap, room, sizeof(Value)) < 0 ||
+    int failed = grow(&s, (void **)&s.values, &s.capvalues, room, sizeof(Value)) < 0 ||
+                 grow(&s, (void **)&s.stack.items, &s.stack.cap, room, sizeof(uint32_t)) < 0 ||
+                 grow(&s, (void **)&s.memo.items, &s.memo.cap, room, sizeof(uint32_t)) < 0 ||
                  grow(&s, (void **)&s.marks, &s.capmarks, room, sizeof(size_t)) < 0 || run(&s) < 0;
-    keep((void **)&s.stack.items, &s.stack.cap, sizeof(Value));
-    keep((void **)&s.memo.items, &s.memo.cap, sizeof(Value));
-    keep((void **)&s.nodes.items, &s.nodes.cap, sizeof(Value));
+    keep((void **)&s.values, &s.capvalues, sizeof(Value));
+    keep((void **)&s.stack.items, &s.stack.cap, sizeof(uint32_t));
+    keep((void **)&s.memo.items, &s.memo.cap, sizeof(uint32_t));
     keep((void **)&s.marks, &s.capmarks, sizeof(size_t));
     kept = s;
     PyBuffer_Release(&data);
