@@ -23,18 +23,14 @@ from nccldoctor.ncclog.signals import Identify, record
 # What a log's lines left out, as the logs.truncated finding names it
 LONG_NUMBER = f"lines with a number of more than {MAX_DIGITS} digits"
 MANY_PROCESSES = f"lines of processes past the first {MAX_PROCESSES:,}"
-
-
+MEMO_LIMIT = 4096  # lines remembered, each with its fold
+WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
 _DIGITS = re.compile(rb"\d+")
 
 
 def text_of(raw: bytes) -> str:
     """A line as text: UTF-8 (errors replaced), without its CR or what pasting put around it."""
     return clean(raw.decode("utf-8", "replace").rstrip("\r"))
-
-
-MEMO_LIMIT = 4096
-WRAP_MIN = 80  # terminals wrap at their width: a shorter line was not cut by a wrap
 
 
 def _version(text: str) -> tuple[str, str | None] | None:
