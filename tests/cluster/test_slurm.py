@@ -1,7 +1,8 @@
 """`nccldoctor check` launched by a real Slurm (munged, slurmctld, one slurmd per netns node).
 
 ``srun`` and ``sbatch`` run on the lab's controller host like on a login node; the assertions are
-on their own exit status (what a pipeline sees), then on the reports the tasks wrote.
+on the exit status a pipeline sees (srun's, a batch job's as ``sbatch --wait`` gives it), then on
+the reports the tasks wrote.
 """
 
 from __future__ import annotations
@@ -48,6 +49,30 @@ def run(lab: SlurmLab, argv: list[str], cwd: Path, extra: dict | None = None):
         proc.kill()
         out, err = proc.communicate()
     return proc.returncode, out, err
+
+
+def sbatch(lab: SlurmLab, script: str, cwd: Path, extra: dict | None = None) -> tuple[int, str]:
+    """Submit ``script`` and wait for it to end: (its exit code, sbatch's stderr), as
+    ``sbatch --wait`` gives them. Polled every half second: ``sbatch --wait`` asks the controller
+    2, 10 and 42 s after the submission, so a job done in 20 s returned at 42."""
+    proc = lab.popen(["sbatch", "--parsable", script], lab.env(os.environ, extra), cwd=cwd,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out, err = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 0, err
+    job = out.strip().split(";")[0]
+    deadline, fields = time.monotonic() + HEALTHY_DEADLINE + WAIT, {}
+    while time.monotonic() < deadline:
+        shown = lab.run(["scontrol", "-o", "show", "job", job]).stdout
+        fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
+        if fields.get("JobState") in JOB_ENDED:
+            return int(fields["ExitCode"].split(":")[0]), err
+        time.sleep(0.5)
+    lab.run(["scancel", job])
+    pytest.fail(f"job {job} still {fields.get('JobState')} after {HEALTHY_DEADLINE + WAIT:.0f} s")
+
+
+JOB_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}  # fmt: skip
 
 
 def srun_check(
@@ -159,12 +184,14 @@ def kill_when_in(
 
 def test_srun_task_killed_mid_run_every_other_task_reports_it(slurm, tmp_path):
     # Bad input: rank 3 (node1's second task) gets SIGTERM in the DDP step, as from scancel or
-    # srun's time limit; held there by a hang so that the signal lands mid-collective.
+    # srun's time limit; held there by a hang so that the signal lands mid-collective. The
+    # others' DDP step waits for it in vain until STALL_S (gloo's timeout first, as before).
     out = tmp_path / "out"
+    stalls = [f"--phase-timeout={name}={STALL_S}" for name in ("ddp", "collective")]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         killed = pool.submit(kill_when_in, out, 3, "node1", "ddp", HEALTHY_DEADLINE)
         started = time.monotonic()
-        rc, stdout, err = srun_check(slurm, out, per_node=2,
+        rc, stdout, err = srun_check(slurm, out, *stalls, per_node=2,
                                      env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=3"})  # fmt: skip
         elapsed = time.monotonic() - started
     assert killed.result() is not None, err[-3000:]
@@ -220,13 +247,16 @@ def test_scancel_mid_run_every_task_writes_its_report_before_the_kill(slurm, tmp
 def test_srun_local_rank_0_killed_its_other_task_reports_it(slurm, tmp_path):
     # Bad input: node1's first task (local rank 0, its node agent) dies without a word in the
     # DDP step. Its second task hears it from the closed connection, writes its own report
-    # naming it and exits 3; node0's tasks name node1 as lost.
+    # naming it and exits 3; node0's tasks name node1 as lost. What only waits for the lost
+    # node ends at STALL_S: the DDP step (gloo's timeout first, as under --timeout alone) and
+    # the master's exit barrier.
     out = tmp_path / "out"
+    stalls = [f"--phase-timeout={name}={STALL_S}" for name in ("ddp", "collective", "exit_barrier")]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         killed = pool.submit(kill_when_in, out, 2, "node1", "ddp", HEALTHY_DEADLINE,
                              signal.SIGKILL)  # fmt: skip
         started = time.monotonic()
-        rc, stdout, err = srun_check(slurm, out, per_node=2,
+        rc, stdout, err = srun_check(slurm, out, *stalls, per_node=2,
                                      env={"NCCLDOCTOR_FAULT": "hang:ddp:rank=2"})  # fmt: skip
         elapsed = time.monotonic() - started
     assert killed.result() is not None, err[-3000:]
@@ -270,7 +300,7 @@ def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
     # The script passes no timeouts: the check reads them from the job's environment.
     timeouts = {"NCCLDOCTOR_TIMEOUT": str(WAIT), "NCCLDOCTOR_TIMEOUT_INIT": str(STALL_S),
                 "NCCLDOCTOR_TIMEOUT_BANDWIDTH_BUDGET": "2", "NCCLDOCTOR_TIMEOUT_SETTLE": "2"}  # fmt: skip
-    rc, _, err = run(slurm, ["sbatch", "--wait", "job.sh"], tmp_path, timeouts)
+    rc, err = sbatch(slurm, "job.sh", tmp_path, timeouts)
     log = next(tmp_path.glob("ddp-*.out")).read_text()
     if broken:
         assert rc == 1, log[-3000:]
@@ -296,7 +326,7 @@ def test_check_in_the_batch_shell_without_srun_is_a_usage_error(slurm, tmp_path)
     (tmp_path / "job.sh").write_text(
         "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=job.out\nnccldoctor check\n"
     )
-    rc, _, err = run(slurm, ["sbatch", "--wait", "job.sh"], tmp_path)
+    rc, err = sbatch(slurm, "job.sh", tmp_path)
     log = (tmp_path / "job.out").read_text()
     assert rc == 2, (err, log[-3000:])
     assert "is set but SLURM_STEP_ID is not" in log
