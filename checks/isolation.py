@@ -221,6 +221,9 @@ def _short(test: GroupTest, node: str) -> str:
 
 def _evidence(isolation: Isolation, verdict: NodeVerdict) -> list[str]:
     lines = [verdict.why]
+    if verdict.node in isolation.budget_GBps:  # what a slow group was held to besides the others
+        rate = format_GBps(isolation.budget_GBps[verdict.node])
+        lines.append(f"{_carrier(isolation, verdict.node)} on {verdict.node} is rated {rate}")
     lines += [
         _test_line(t, isolation)
         for t in isolation.tests

@@ -16,6 +16,8 @@ def isolation_section(isolation: Isolation) -> dict[str, Any]:
         "median_GBps": isolation.median_GBps,
         "network_wide": isolation.network_wide,
         "undecided": list(isolation.undecided),
+        "interfaces": dict(isolation.interfaces),
+        "budget_GBps": dict(isolation.budget_GBps),
         "nodes": [
             {"node": v.node, "state": v.state, "rounds": list(v.rounds), "why": v.why}
             for v in isolation.nodes

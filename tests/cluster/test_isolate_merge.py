@@ -27,3 +27,17 @@ def test_the_merge_of_the_node_files_keeps_the_rounds_answer_and_its_findings() 
         }
         faulty = [f for f in merged.findings if f.id == "isolation.node-faulty"]
         assert [f.node for f in faulty] == ["node2"] and merged.exit_code == 1
+
+
+def test_a_slow_node_s_finding_says_what_its_link_is_rated_where_known() -> None:
+    from checks import run_checks
+
+    nodes = [f"node{i}" for i in range(6)]
+    budgets = {n: 12.5 for n in nodes}  # 100 Gbit/s NICs: 0.4 GB/s is far below them too
+    isolation = run(Cluster(nodes, slow=["node4"]), budgets)
+    (slow,) = [f for f in run_checks("isolation", isolation) if f.id == "isolation.node-slow"]
+    assert slow.node == "node4" and "its link on node4 is rated 12.50 GB/s" in slow.evidence
+    assert slow.title == (
+        "node node4 is slow: its link carries 400 MB/s in its pairs, the other pairs 2.20 GB/s: "
+        "check its link speed and cable"
+    )
