@@ -79,7 +79,7 @@ def test_only_the_store_port_published_each_node_says_it_cannot_tell(lab):
     """`-p 29400:29400` alone: nccldoctor's own port is not forwarded, so no node hears its
     hello; each says so, with --node-rank 0 as the remedy, never "never started"."""
     lab = lab(2, docker="bridge", publish=PUBLISHED[:1])
-    runs = _start(lab)
+    runs = _start(lab, extra=["--phase-timeout", f"reach={STALL_S}"])  # reach waits in vain
     lab.wait(runs, 90)
     for run in runs:
         doc = run.node_report()
@@ -92,7 +92,9 @@ def test_only_the_store_port_published_each_node_says_it_cannot_tell(lab):
 
 def test_node_rank_0_twice_the_second_master_says_so(lab):
     lab = lab(2, docker="bridge", publish=PUBLISHED)
-    runs = _start(lab, {h.name: ("--node-rank", "0") for h in lab.hosts})
+    # the first master's rendezvous waits in vain for the node that refused to join
+    runs = _start(lab, {h.name: ("--node-rank", "0") for h in lab.hosts},
+                  extra=["--phase-timeout", f"rendezvous={STALL_S}"])  # fmt: skip
     lab.wait(runs, 120)
     master, second = runs
     assert "run.second-master" in _ids(second.node_report())
