@@ -44,7 +44,7 @@ def node_faulty(isolation: Isolation) -> list[Problem]:
     return [
         Problem(
             Severity.FAIL,
-            f"node {v.node} fails with every partner: {_failures(isolation, v)}; "
+            f"node {v.node} fails with {_whom(isolation, v.node)}: {_failures(isolation, v)}; "
             f"{_others(isolation)}",
             _evidence(isolation, v),
             _NODE_FAULTY_FIX.format(node=v.node),
@@ -168,8 +168,18 @@ def all_passed(isolation: Isolation) -> Problem | None:
 
 # -- wording --------------------------------------------------------------------------------------
 def _failures(isolation: Isolation, verdict: NodeVerdict) -> str:
-    tests = [t for t in _tests_of(isolation, verdict) if t.status != "ok" or t.round == 0]
-    return "; ".join(_short(t, verdict.node) for t in tests if t.round > 0) or verdict.why
+    tests = [t for t in _tests_of(isolation, verdict) if t.status != "ok" and t.round > 0]
+    return "; ".join(_short(t, verdict.node) for t in tests) or verdict.why
+
+
+def _whom(isolation: Isolation, node: str) -> str:
+    """ "every partner", or "its partners but node0" where a pair with it passed (an MTU trap
+    passes with a peer whose own frames are small)."""
+    passed = sorted(
+        {m for t in isolation.tests if t.round > 0 and t.status == "ok" and len(t.members) == 2
+         and node in t.members for m in t.members if m != node}
+    )  # fmt: skip
+    return f"its partners but {', '.join(passed)}" if passed else "every partner"
 
 
 def _carrier(isolation: Isolation, node: str) -> str:

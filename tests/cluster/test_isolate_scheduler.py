@@ -8,6 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from checks import run_checks
 from nccldoctor.cluster.isolate.scheduler import Round, next_step
 from nccldoctor.cluster.isolate.simulate import Cluster, run
 from nccldoctor.facts.isolation import GroupTest, SizeRate
@@ -173,6 +174,8 @@ def test_a_node_that_fails_with_most_partners_is_at_fault_though_one_passed() ->
     answer = run(Cluster(nodes, bad_links=trapped))
     assert answer.state_of("gpu-6") == "faulty"
     assert "passed only with gpu-0" in next(v.why for v in answer.nodes if v.node == "gpu-6")
+    (finding,) = [f for f in run_checks("isolation", answer) if f.id == "isolation.node-faulty"]
+    assert finding.title.startswith("node gpu-6 fails with its partners but gpu-0: ")
     assert [v.node for v in answer.culprits] == ["gpu-6"] and not answer.links
 
 
