@@ -15,7 +15,7 @@ import pytest
 from tests.cluster.test_check_netns import (
     FAST,
     PORT,
-    WAIT,
+    STALL_S,
     assert_reports,
     lab_out,
     start_all,
@@ -66,12 +66,13 @@ def test_healthy_eight_nodes_sixteen_ranks(lab):
 def test_one_node_hangs_in_barrier(lab):
     """Rank 11 on node5 never enters the barrier (the earliest collective: the shortest run).
 
-    The barrier's budget and the collective timeout are both --timeout, so the ranks that wait
+    The barrier's budget and the collective timeout are both STALL_S, so the ranks that wait
     get gloo's timeout before their own deadline: only rank 11 is stuck, as in life."""
     lab = lab(NODES)
     fault = {lab.hosts[HANG_NODE].name: {"NCCLDOCTOR_FAULT": f"hang:barrier:rank={HANG_RANK}"}}
+    stall = ["--phase-timeout", f"barrier={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
     runs = [
-        lab.start(host, args, out=lab_out(lab, host), env=fault.get(host.name))
+        lab.start(host, [*args, *stall], out=lab_out(lab, host), env=fault.get(host.name))
         for host, args in zip(lab.hosts, pinned_args(lab), strict=True)
     ]
     lab.wait(runs, HEALTHY_DEADLINE)
@@ -101,7 +102,7 @@ def test_one_node_hangs_in_barrier(lab):
         if e["phase"] == "barrier" and e["status"] == "start"
     )
     written = (runs[0].run_dir / "check-cluster.json").stat().st_mtime
-    assert written - hang_start < WAIT + 4 + 15
+    assert written - hang_start < STALL_S + 4 + 15
 
 
 def pinned_args(lab):
