@@ -22,7 +22,7 @@ from nccldoctor.limits import MAX_DUMP_DEPTH, MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BY
 
 GENUINE = sorted((Path(__file__).parent / "fixtures" / "flightrec").glob("**/nccl_trace_rank_*"))
 BOUNDS = (MAX_DUMP_OBJECTS, MAX_DUMP_TEXT_BYTES, MAX_DUMP_DEPTH)
-UNBOUNDED = (1 << 32, 1 << 32, 60_000)
+UNBOUNDED = (1 << 32, (1 << 30) - 1, 60_000)
 
 native = pytest.mark.skipif(not pickscan.NATIVE, reason="built without a C compiler")
 
@@ -96,10 +96,10 @@ def test_the_scan_counts_what_a_walk_visits(value, protocol):
     """(Protocols 2 and 3 build bytes and frozensets through a global, where the scan stops.)"""
     data = pickle.dumps(value, protocol)
     objects, depth = _walk(pickle.loads(data))
-    assert both(data, (objects, 1 << 32, depth)) is None
-    assert both(data, (objects - 1, 1 << 32, depth))[0] == Stop.OBJECTS
+    assert both(data, (objects, UNBOUNDED[1], depth)) is None
+    assert both(data, (objects - 1, UNBOUNDED[1], depth))[0] == Stop.OBJECTS
     if depth:
-        assert both(data, (objects, 1 << 32, depth - 1))[0] == Stop.DEPTH
+        assert both(data, (objects, UNBOUNDED[1], depth - 1))[0] == Stop.DEPTH
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

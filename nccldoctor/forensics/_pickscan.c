@@ -25,16 +25,22 @@ enum { TRUNCATED = 1, OPCODE, STACK, MEMO, NOT_DATA, BADKEY, CHANGED, OBJECTS, B
 #define LONG_BYTES 8
 #define LONG_DIGITS 20
 
-/* A value the pickle builds, as the scan weighs it. Neither field type is size_t's (unsigned long)
- * nor a char, so the compiler knows that a store to a value leaves the scan's lengths alone. */
+/* A container the pickle builds, as the scan weighs it. No field is a size_t (unsigned long) or
+ * a char, so the compiler knows that a store to a value leaves the scan's lengths alone. */
 typedef struct {
     unsigned long long objects, bytes;
     uint16_t depth, kind;
     uint16_t frozen;  /* referenced again (a memo GET, DUP): a list, dict or set may not change */
 } Value;
 
-/* The stack and the memo hold values by their index in `values`, as the unpickler's hold objects:
- * a list the memo gives back is the one the stack built, and grows with it. */
+/* The stack and the memo hold refs, as the unpickler's hold objects: a container's index in
+ * `values` (a list the memo gives back is the one the stack built, and grows with it), or a
+ * scalar itself, IMMEDIATE: one object of its bytes (under 2^30), NOT_KEY when it is no key. A
+ * dump's 90k values are 75k scalars: they never touch memory of their own. */
+#define IMMEDIATE 0x80000000u
+#define NOT_KEY 0x40000000u
+#define SCALAR_BYTES 0x3fffffffu
+
 typedef struct {
     uint32_t *items;
     size_t len, cap;
@@ -43,9 +49,9 @@ typedef struct {
 typedef struct {
     const unsigned char *data;
     size_t size, at;
-    uint64_t max_objects, max_bytes, max_depth, number;  /* not a value's type */
+    uint64_t max_objects, max_bytes, max_depth, built, number;  /* not a value's type */
     int why;
-    Value *values;  /* every value built, in order: how many is what the pickle builds */
+    Value *values;  /* every container built, in order */
     size_t nvalues, capvalues;
     Refs stack, memo;
     size_t *marks;
@@ -94,23 +100,27 @@ static inline int check(Scan *s, uint64_t objects, uint64_t bytes, unsigned dept
     return 0;
 }
 
-/* A value just built, pushed: one object of nbytes at depth (0 a scalar, 1 an empty container);
- * the values built so far count as objects too. */
-static inline int build(Scan *s, uint64_t nbytes, unsigned depth, int kind) {
-    uint64_t built = s->nvalues + 1;
-    if (check(s, built, nbytes, depth) < 0)
+/* A scalar just built, pushed: one object of nbytes; the values built so far count as objects. */
+static inline int scalar(Scan *s, uint64_t nbytes, int kind) {
+    if (check(s, ++s->built, nbytes, 0) < 0)
+        return -1;
+    push(s, IMMEDIATE | (kind == KEY ? 0 : NOT_KEY) | (uint32_t)nbytes);
+    return 0;
+}
+
+/* An empty container just built, pushed. */
+static inline int build(Scan *s, int kind) {
+    if (check(s, ++s->built, 0, 1) < 0)
         return -1;
     Value *v = &s->values[s->nvalues];
     v->objects = 1;
-    v->bytes = nbytes;
-    v->depth = (uint16_t)depth;
+    v->bytes = 0;
+    v->depth = 1;
     v->kind = (uint16_t)kind;
     v->frozen = 0;
     push(s, (uint32_t)s->nvalues++);
     return 0;
 }
-
-static inline int scalar(Scan *s, uint64_t nbytes, int kind) { return build(s, nbytes, 0, kind); }
 
 /* items go into target, checked once they are in: each weighs at most the bounds (2^32), there
  * are fewer than 2^31 of them, so no sum wraps. */
@@ -118,7 +128,13 @@ static inline int add(Scan *s, Value *t, const uint32_t *items, size_t count) {
     unsigned long long objects = t->objects, bytes = t->bytes;
     unsigned depth = t->depth;
     for (size_t i = 0; i < count; i++) {
-        const Value *w = &s->values[items[i]];
+        uint32_t r = items[i];
+        if (r & IMMEDIATE) {  /* a scalar: the target is deeper already */
+            objects += 1;
+            bytes += r & SCALAR_BYTES;
+            continue;
+        }
+        const Value *w = &s->values[r];
         objects += w->objects;
         bytes += w->bytes;
         if (w->depth + 1u > depth)
@@ -152,8 +168,9 @@ static Value *target(Scan *s, size_t position, int kind, int op) {
         stop(s, STACK, (uint64_t)op);
         return NULL;
     }
-    Value *v = &s->values[s->stack.items[position]];
-    if (v->kind != kind) {
+    uint32_t r = s->stack.items[position];
+    Value *v = &s->values[r & ~IMMEDIATE];
+    if ((r & IMMEDIATE) || v->kind != kind) {
         stop(s, STACK, (uint64_t)op);
         return NULL;
     }
@@ -168,7 +185,7 @@ static int keys(Scan *s, const uint32_t *items, size_t count, int op, int pairs)
     if (pairs && count % 2)
         return stop(s, STACK, (uint64_t)op);
     for (size_t i = 0; i < count; i += pairs ? 2 : 1)
-        if (s->values[items[i]].kind != KEY)
+        if ((items[i] & (IMMEDIATE | NOT_KEY)) != IMMEDIATE)  /* containers are no keys */
             return stop(s, BADKEY, (uint64_t)op);
     return 0;
 }
@@ -176,7 +193,7 @@ static int keys(Scan *s, const uint32_t *items, size_t count, int op, int pairs)
 /* The items from start up become one new container of kind, pushed in their place. */
 static int container(Scan *s, size_t start, int kind) {
     size_t count = s->stack.len - start;
-    if (build(s, 0, 1, kind) < 0)
+    if (build(s, kind) < 0)
         return -1;
     uint32_t made = s->stack.items[--s->stack.len];
     if (add(s, &s->values[made], s->stack.items + start, count) < 0)
@@ -186,9 +203,10 @@ static int container(Scan *s, size_t start, int kind) {
     return 0;
 }
 
-static inline void push_reference(Scan *s, uint32_t value) {
-    s->values[value].frozen = 1;  /* referenced twice now: its weight is final */
-    push(s, value);
+static inline void push_reference(Scan *s, uint32_t r) {
+    if (!(r & IMMEDIATE))
+        s->values[r].frozen = 1;  /* referenced twice now: its weight is final */
+    push(s, r);
 }
 
 static inline int get(Scan *s, uint64_t index) {
@@ -381,11 +399,11 @@ binfloat:
     pos += 8;
     NEXT();
 empty:  /* EMPTY_LIST, EMPTY_DICT, EMPTY_SET */
-    if (build(s, 0, 1, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
+    if (build(s, op == ']' ? LIST : op == '}' ? DICT : SET) < 0)
         goto fail;
     NEXT();
 empty_tuple:
-    if (build(s, 0, 1, TUPLE) < 0)
+    if (build(s, TUPLE) < 0)
         goto fail;
     NEXT();
 tuple_n:  /* TUPLE1, TUPLE2, TUPLE3 */
@@ -504,10 +522,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     unsigned long long max_objects, max_bytes, max_depth;
     if (!PyArg_ParseTuple(args, "y*KKK", &data, &max_objects, &max_bytes, &max_depth))
         return NULL;
-    if (max_objects > (1ULL << 32) || max_bytes > (1ULL << 32) || max_depth > 60000 ||
+    if (max_objects > (1ULL << 32) || max_bytes > SCALAR_BYTES || max_depth > 60000 ||
         data.len >= (1LL << 31)) {
         PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_ValueError, "bounds over 2^32 or a pickle over 2 GiB: sums wrap");
+        PyErr_SetString(PyExc_ValueError, "bounds over 2^32 (bytes: 2^30) or a pickle over 2 GiB");
         return NULL;
     }
     Scan s = kept;
@@ -517,7 +535,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     s.max_objects = max_objects;
     s.max_bytes = max_bytes;
     s.max_depth = max_depth;
-    s.number = 0;
+    s.built = s.number = 0;
     s.why = 0;
     size_t room = s.size + 1;
     int failed = grow(&s, (void **)&s.values, &s.capvalues, room, sizeof(Value)) < 0 ||
