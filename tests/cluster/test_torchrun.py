@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nccldoctor.lab.start import check_env
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, WAIT
+from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, STALL_S, WAIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def two_nodes(lab):
     return lab
 
 
-def torchrun(lab, tmp_path, rendezvous: str, fault: str | None = None):
+def torchrun(lab, tmp_path, rendezvous: str, fault: str | None = None, stall=()):
     """torchrun on both nodes at once: (exit status per node, output per node, reports)."""
     master = lab.hosts[0].address
     out = tmp_path / "out"
@@ -43,7 +43,7 @@ def torchrun(lab, tmp_path, rendezvous: str, fault: str | None = None):
                    "--rdzv-id", "lab"]  # fmt: skip
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                 "--nproc-per-node", "2", *how, "-m", "nccldoctor", "check", "--out", str(out),
-                "--port", PORT, *FAST]  # fmt: skip
+                "--port", PORT, *FAST, *stall]  # fmt: skip
         extra = {"GLOO_SOCKET_IFNAME": "eth0", **({"NCCLDOCTOR_FAULT": fault} if fault else {})}
         env = check_env(os.environ, "", extra)
         del env["NCCLDOCTOR_NODE_NAME"]  # each process's hostname is its node's
@@ -82,9 +82,11 @@ def test_torchrun_two_procs_per_node_healthy(two_nodes, tmp_path, rendezvous):
 
 def test_torchrun_with_a_rank_that_hangs(two_nodes, tmp_path):
     # One rendezvous backend: the ranks and nodes torchrun makes of either are the healthy
-    # test's; from there the hang is the check's own, and static pins rank 3 to node1.
+    # test's; from there the hang is the check's own, and static pins rank 3 to node1. The
+    # others' DDP step waits for rank 3 in vain until STALL_S, gloo's timeout first as before.
     started = time.monotonic()
-    codes, outputs, found = torchrun(two_nodes, tmp_path, "static", fault="hang:ddp:rank=3")
+    stall = ["--phase-timeout", f"ddp={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
+    codes, outputs, found = torchrun(two_nodes, tmp_path, "static", "hang:ddp:rank=3", stall)
     cluster = found["check-cluster"]
     assert cluster["exit_code"] == 1, outputs[0][-3000:]
     assert codes == [1, 1]  # torchrun fails the node whose processes exit 1, both here
