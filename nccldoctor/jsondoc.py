@@ -1,6 +1,7 @@
 """A tool's JSON output read without trusting it: the document, or why it is none, and the
-typed look-ups its readers share (``ncctests.py`` for nccl-tests ``-J``, ``ras.py`` for
-``ncclras -f json``). A key of the wrong type is no data, never an exception.
+typed look-ups its readers share (``ncctests/json_output.py`` for nccl-tests ``-J``,
+``ras/status.py`` for ``ncclras -f json``). A key of the wrong type is no data, never an
+exception.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def _json_with(*keys: str) -> Callable[[bytes], bool]:
 
 
 # nccl-tests' own lines, also as pasted: the footer and header without their '#', and rows alone
-# (size, count, then a type name of nccldoctor/ncctests.py's _TYPES)
+# (size, count, then a type name of nccldoctor/ncctests/table.py's _TYPES)
 _NCCL_TESTS_TEXT = re.compile(
     r"nThreads?:? \d+ nGpus|Out of bounds values *:|Avg bus bandwidth *:|# Collective test starting"
     r"|: Test (?:NCCL|CUDA) failure |\bsize\s+count\s+type\s"
