@@ -13,6 +13,11 @@ from nccldoctor.cluster.isolate.scheduler import Round
 from nccldoctor.facts.isolation import Isolation
 from tests.ports import free_port
 
+# Threads of one process on lo: their pairs' busbw is the GIL's and the scheduler's noise, a
+# factor of three apart at times. A link rated this low holds no pair slow (a group is slow only
+# below a third of its link too), so these tests judge who took part, not who was fast.
+NOISE = {f"node{i}": 1e-6 for i in range(4)}
+
 
 def test_auto_isolates_when_the_all_node_run_failed_or_a_node_said_nothing() -> None:
     ok = {"ok": True, "why": ""}
@@ -92,7 +97,7 @@ def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path)
     ]  # fmt: skip
     for thread in threads:
         thread.start()
-    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0)
+    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0, budget_GBps=NOISE)
     for thread in threads:
         thread.join(10)
     assert isinstance(answer, Isolation) and not isinstance(answer, Round)
@@ -133,7 +138,7 @@ def test_a_node_that_dies_after_a_round_is_unreachable_from_the_round_it_missed(
     ]  # fmt: skip
     for thread in threads:
         thread.start()
-    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0)
+    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0, budget_GBps=NOISE)
     assert isinstance(answer, Isolation)
     node3 = next(v for v in answer.nodes if v.node == "node3")
     assert node3.state == "unreachable" and "after taking part in round(s) 0, 1" in node3.why
