@@ -58,16 +58,6 @@ def test_mpirun_one_process_per_node_healthy(mpi_lab, tmp_path):
     assert found["check-cluster"]["exit_code"] == 0
 
 
-def test_mpirun_with_a_firewalled_node_exits_1(mpi_lab, tmp_path):
-    rendezvous_only_firewall(mpi_lab.hosts[1])
-    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}")
-    assert rc == 1, output[-3000:]
-    blocked = [f["node"] for f in found["check-node1"]["findings"]
-               if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
-    assert blocked == ["node1"]
-    assert found["check-cluster"]["exit_code"] == 1
-
-
 def test_mpirun_two_processes_per_node_are_the_ranks(mpi_lab, tmp_path):
     rc, output, found = mpirun_check(mpi_lab, tmp_path, per_node=2)
     assert rc == 0, output[-3000:]
@@ -82,6 +72,8 @@ def test_mpirun_two_processes_per_node_are_the_ranks(mpi_lab, tmp_path):
 
 
 def test_mpirun_two_processes_per_node_with_a_firewalled_node_exit_1(mpi_lab, tmp_path):
+    # The fault under mpirun once, with the processes per node that make the launch harder: one
+    # process per node meets it the same way (its launch is the healthy test's)
     rendezvous_only_firewall(mpi_lab.hosts[1])
     rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}",
                                      per_node=2)  # fmt: skip

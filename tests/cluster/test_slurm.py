@@ -115,16 +115,6 @@ def test_srun_one_task_per_node_healthy(slurm, tmp_path):
     assert found["check-cluster"]["exit_code"] == 0
 
 
-def test_srun_with_a_firewalled_node_fails_the_step(slurm, tmp_path):
-    firewall_ephemeral_ports(slurm, 1)
-    rc, _, err = srun_check(slurm, tmp_path / "out", "--phase-timeout", f"init={STALL_S}")
-    assert rc == 1, err[-3000:]  # srun passes on the highest exit code of its tasks
-    node = reports(tmp_path / "out")["check-node1"]
-    assert [f["node"] for f in node["findings"] if f["id"] == "run.ephemeral-port-blocked"] == [
-        "node1"
-    ]
-
-
 def test_srun_two_tasks_per_node_healthy(slurm, tmp_path):
     rc, out, err = srun_check(slurm, tmp_path / "out", per_node=2)
     assert rc == 0, err[-3000:]
@@ -139,6 +129,8 @@ def test_srun_two_tasks_per_node_healthy(slurm, tmp_path):
 
 
 def test_srun_two_tasks_per_node_with_a_firewalled_node(slurm, tmp_path):
+    # The fault under srun once, with the tasks per node that make the launch harder: one task
+    # per node meets it the same way (its launch is the healthy test's)
     firewall_ephemeral_ports(slurm, 1)
     out = tmp_path / "out"
     rc, stdout, err = srun_check(slurm, out, "--phase-timeout", f"init={STALL_S}", per_node=2)
