@@ -24,7 +24,8 @@ from nccldoctor.cli.console import (
 )
 from nccldoctor.cli.progress import Progress, message_text
 from nccldoctor.cluster.agent.rendezvous import Joined
-from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args, host_resolves
+from nccldoctor.cluster.config import DEFAULT_PORT, ConfigError, config_from_args
+from nccldoctor.cluster.launchers import host_resolves
 from nccldoctor.cluster.rundir import RunFolderError, make_run_folder
 from nccldoctor.forensics.stacks import without_cpp_frames
 

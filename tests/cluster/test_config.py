@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nccldoctor.cluster.config import (
-    ConfigError,
-    LocalRank,
-    config_from_args,
-    first_slurm_host,
-    host_resolves,
-)
+from nccldoctor.cluster.config import ConfigError, config_from_args
+from nccldoctor.cluster.launchers import LocalRank, first_slurm_host, host_resolves
 from nccldoctor.cluster.records import WORKER_PHASES, phase_budget
 from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
 from nccldoctor.cluster.worker.config import WorkerTimeouts

@@ -28,7 +28,8 @@ import jsonschema
 import pytest
 import yaml
 
-from nccldoctor.cluster.config import POD_JOB_IDENTITIES, ConfigError, config_from_args
+from nccldoctor.cluster.config import ConfigError, config_from_args
+from nccldoctor.cluster.launchers import POD_JOB_IDENTITIES
 from nccldoctor.probes.env import probe as env_probe
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """The shared token: --token, else one derived from the launcher's job identity, which every node
-of one job derives alike (cluster/config.py, docs/design.md#gate)."""
+of one job derives alike (cluster/launchers.py, docs/design.md#gate)."""
 
 from __future__ import annotations
 

@@ -306,7 +306,7 @@ def open_gate(config: CheckConfig, run_id: str) -> Gate:
 
 
 def token_origin(token_from: str) -> str:
-    """Where a node's token came from, in words (config.shared_token)."""
+    """Where a node's token came from, in words (launchers.shared_token)."""
     if not token_from:
         return "none: no --token and no job identity"
     return token_from if token_from == "--token" else f"derived from {token_from}"
