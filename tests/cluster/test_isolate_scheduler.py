@@ -190,3 +190,29 @@ def test_the_lab_s_three_faults_at_once() -> None:
     assert states == {"gpu-3": "slow", "gpu-6": "faulty"}
     assert [v.nodes for v in answer.links] == [("gpu-1", "gpu-5")]
     assert not answer.undecided
+
+
+def test_a_pair_slow_once_is_tested_again_before_a_link_is_blamed() -> None:
+    """Round 2 cleared every node, but gpu-0 and gpu-1 were slow together in round 1: one noisy
+    measurement or a slow link. Round 3 tests the pair again: passing, nothing is blamed;
+    slow again, the link is."""
+    nodes = names(4)
+
+    def pair(number: int, a: str, b: str, rate: float) -> GroupTest:
+        return GroupTest(number, (a, b), "ok", (SizeRate(1 << 23, rate),))
+
+    tests = [pair(1, "gpu-0", "gpu-1", 0.3), pair(1, "gpu-2", "gpu-3", 2.2),
+             pair(2, "gpu-0", "gpu-2", 2.1), pair(2, "gpu-1", "gpu-3", 2.3)]  # fmt: skip
+    step = next_step(nodes, tests)
+    assert isinstance(step, Round) and step.groups == (("gpu-0", "gpu-1"),)
+    noise = next_step(nodes, [*tests, pair(3, "gpu-0", "gpu-1", 2.0)])
+    assert not isinstance(noise, Round) and not noise.links and not noise.culprits
+    again = [*tests, pair(3, "gpu-0", "gpu-1", 0.31)]
+    others = next_step(nodes, again)  # then the others together, one end of the link left out
+    assert isinstance(others, Round) and others.groups == (("gpu-0", "gpu-2", "gpu-3"),)
+    together = GroupTest(4, others.groups[0], "ok", (SizeRate(1 << 23, 2.0),))
+    slow = next_step(nodes, [*again, together])
+    assert not isinstance(slow, Round)
+    assert [(v.nodes, v.state, v.rounds) for v in slow.links] == [
+        (("gpu-0", "gpu-1"), "slow", (1, 3))
+    ]

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from nccldoctor.cluster.isolate.wording import partners_text, rounds_text
 from nccldoctor.facts.isolation import (
     GroupTest,
     Isolation,
@@ -27,7 +28,6 @@ from nccldoctor.facts.isolation import (
     NodeState,
     NodeVerdict,
 )
-from nccldoctor.units import format_GBps
 
 SLOW_SHARE = 1 / 3  # a group this far below the median busbw is slow
 CONFIRMATIONS = 2  # failures with distinct cleared partners that make a node faulty
@@ -63,13 +63,8 @@ def next_step(
 
 
 class _State:
-    def __init__(
-        self,
-        nodes: Sequence[str],
-        tests: Sequence[GroupTest],
-        budget: Mapping[str, float],
-        limit: int | None,
-    ) -> None:
+    def __init__(self, nodes: Sequence[str], tests: Sequence[GroupTest],
+                 budget: Mapping[str, float], limit: int | None) -> None:  # fmt: skip
         self.nodes = sorted(dict.fromkeys(nodes))
         self.tests = [t for t in tests if t.members]
         self.budget = budget
@@ -86,9 +81,7 @@ class _State:
                 row = best.setdefault(size, {})
                 for m in t.members:
                     row[m] = max(row.get(m, 0.0), t.busbw_GBps)
-        self.medians = {
-            k: statistics.median(row.values()) for k, row in best.items() if counts[k] >= 2
-        }
+        self.medians = {k: statistics.median(r.values()) for k, r in best.items() if counts[k] > 1}
         self.median = self.medians.get(2)
         self.judged = [(t, self._judge(t)) for t in self.tests]
         self.of: dict[str, list[tuple[GroupTest, Judged]]] = {n: [] for n in self.nodes}
@@ -108,8 +101,7 @@ class _State:
             return "absent"
         if t.status != "ok":
             return t.status
-        # busbw is normalised for the group's size (nccl-tests): a size tested once is held
-        # to the pairs' median
+        # busbw is normalised for the group's size (nccl-tests): a size tested once, the pairs'
         rate, median = t.busbw_GBps, self.medians.get(len(t.members), self.median)
         if rate is None or median is None or rate >= SLOW_SHARE * median:
             return "ok"
@@ -182,9 +174,14 @@ class _State:
         if wide:
             return self.answer([], network_wide=wide)
         pending = [n for n in self.nodes if self.decided(n) is None]
-        if self.done_rounds >= self.limit and (pending or self.unexplained()):
+        if self.done_rounds >= self.limit and (pending or self.unexplained() or self.slow_once()):
             return self.answer([f"not decided within {self.limit} rounds"])
         groups = self.pair(pending) if pending else []
+        busy = {m for g in groups for m in g}
+        for pair in self.slow_once():
+            if not busy & set(pair):
+                groups.append(pair)
+                busy.update(pair)
         if groups:
             return Round(self.done_rounds + 1, tuple(groups))
         given_up = []
@@ -320,19 +317,21 @@ class _State:
         if state == "unreachable":
             missed = sorted({t.round for t, _ in rows if node in t.absent})
             took = sorted({t.round for t, _ in rows if node not in t.absent})
-            said = f", after taking part in round(s) {_rounds(took)}" if took else ""
-            why = f"never took its place in round(s) {_rounds(missed)}{said}"
+            said = f", after taking part in round(s) {rounds_text(took)}" if took else ""
+            why = f"never took its place in round(s) {rounds_text(missed)}{said}"
             return NodeVerdict(node, "unreachable", tuple(missed), why)
         if state == "ok":
             passed = [t for t, j in rows if j == "ok"]
-            return NodeVerdict(node, "ok", tuple(t.round for t in passed), _groups(node, passed))
+            return NodeVerdict(
+                node, "ok", tuple(t.round for t in passed), partners_text(node, passed)
+            )
         if state is not None:
             shown = self.shown_against(node)
-            failed = _groups(node, [t for t, _ in shown], self._judged_of)
+            failed = partners_text(node, [t for t, _ in shown], self._judged_of)
             why = f"failed with {failed}, partners that passed with others"
             passed = [t for t, j in rows if j == "ok"]
             if passed:
-                why += f"; passed only with {_groups(node, passed)}"
+                why += f"; passed only with {partners_text(node, passed)}"
             return NodeVerdict(node, state, tuple(t.round for t, _ in shown), why)
         if network_wide:
             return NodeVerdict(node, "undecided", rounds, "every group failed alike")
@@ -342,12 +341,12 @@ class _State:
         shown = self.shown_against(node)
         if shown:
             why = (
-                f"failed only with {_groups(node, [t for t, _ in shown], self._judged_of)}, and "
+                f"failed only with {partners_text(node, [t for t, _ in shown], self._judged_of)}, and "
                 "no other partner that passed was left to tell the node from the link"
             )
         elif failed_rows:
             why = (
-                f"failed with {_groups(node, failed_rows, self._judged_of)}, partners that "
+                f"failed with {partners_text(node, failed_rows, self._judged_of)}, partners that "
                 "never passed either"
             )
         else:
@@ -357,7 +356,8 @@ class _State:
     def _judged_of(self, t: GroupTest) -> str:
         return next(j for s, j in self.judged if s is t)
 
-    def link_verdicts(self) -> list[LinkVerdict]:
+    def pair_failures(self) -> dict[tuple[str, str], list[tuple[GroupTest, Judged]]]:
+        """The failed pairs whose ends both passed elsewhere and are at fault neither."""
         links: dict[tuple[str, str], list[tuple[GroupTest, Judged]]] = {}
         for t, j in self.judged:
             if (
@@ -368,32 +368,30 @@ class _State:
             ):
                 a, b = t.members
                 links.setdefault((a, b), []).append((t, j))
+        return links
+
+    def slow_once(self) -> list[tuple[str, str]]:
+        """Pairs slow in one test only, never passed: a slow link, or one noisy measurement
+        (a loaded machine's); tested once more before a link is blamed for slowness."""
+        return [
+            pair
+            for pair, rows in self.pair_failures().items()
+            if all(j == "slow" for _, j in rows) and len(rows) < 2 and not self.passes(pair)
+        ]
+
+    def link_verdicts(self) -> list[LinkVerdict]:
         verdicts = []
-        for (a, b), rows in sorted(links.items()):
+        for (a, b), rows in sorted(self.pair_failures().items()):
+            if all(j == "slow" for _, j in rows) and (len(rows) < 2 or self.passes((a, b))):
+                continue  # slow once (to be retested), or slow once and then passed: noise
             state: LinkState = "slow" if all(j == "slow" for _, j in rows) else "faulty"
             passed_a = [t.round for t, j in self.of[a] if j == "ok"]
             passed_b = [t.round for t, j in self.of[b] if j == "ok"]
             how = ", ".join(sorted({j for _, j in rows}))
             why = (
-                f"{a} and {b} failed together in round(s) {_rounds(t.round for t, _ in rows)} "
-                f"({how}), while {a} passed in round(s) {_rounds(passed_a)} and {b} in round(s) "
-                f"{_rounds(passed_b)} with other partners"
+                f"{a} and {b} failed together in round(s) {rounds_text(t.round for t, _ in rows)} "
+                f"({how}), while {a} passed in round(s) {rounds_text(passed_a)} and {b} in round(s) "
+                f"{rounds_text(passed_b)} with other partners"
             )
             verdicts.append(LinkVerdict((a, b), state, tuple(t.round for t, _ in rows), why))
         return verdicts
-
-
-def _rounds(numbers: Iterable[int]) -> str:
-    return ", ".join(str(n) for n in sorted(set(numbers))) or "none"
-
-
-def _groups(node: str, tests: Sequence[GroupTest], judged: object = None) -> str:
-    """ "gpu-2 (round 1, error), gpu-7 (round 2, 0.04 GB/s)"."""
-    parts = []
-    for t in tests:
-        others = ", ".join(m for m in t.members if m != node) or node
-        how = judged(t) if callable(judged) else t.status
-        rate = t.busbw_GBps
-        shown = format_GBps(rate) if how in ("ok", "slow") and rate is not None else how
-        parts.append(f"{others} (round {t.round}, {shown})")
-    return "; ".join(parts)
