@@ -10,7 +10,7 @@ visits 10^40 objects, a tuple the unpickler itself would hash for ever as a dict
 that makes it allocate gigabytes first. A dump whose objects (``MAX_DUMP_OBJECTS``), text
 (``MAX_DUMP_TEXT_BYTES``) or nesting (``MAX_DUMP_DEPTH``), each shared reference counted again,
 pass their bounds is not unpickled, as is one with an integer longer than torch writes; the
-finding says which bound and where. The scan takes some 3% of the CPU time of a dump's analysis
+finding says which bound and where. The scan takes 3-4% of the CPU time of a dump's analysis
 (bench/fr.py measures the analysis with and without it, alternated, in one run).
 JSON is measured for its size and nesting before it is parsed (``jsondoc.parse``); it has no
 shared references, so what it holds is bounded by its bytes.
