@@ -13,6 +13,7 @@ from nccldoctor.facts.isolation import GroupTest, Isolation, SizeRate
 
 HEALTHY_GBPS = 2.2
 SLOW_GBPS = 0.4
+LINK_GBPS = 3.0  # what every node's link carries (an NCCL cluster: its busbw holds at any size)
 SIZE = 4 << 20
 
 
@@ -40,7 +41,9 @@ class Cluster:
 
 
 def run(cluster: Cluster, budget: Mapping[str, float] | None = None) -> Isolation:
-    """Rounds until the scheduler answers, after the all-node run (round 0) that failed."""
+    """Rounds until the scheduler answers, after the all-node run (round 0) that failed; each
+    node's link rated LINK_GBPS unless ``budget`` says otherwise."""
+    budget = {n: LINK_GBPS for n in cluster.nodes} if budget is None else budget
     everyone = cluster.test(0, tuple(sorted(cluster.nodes)))
     if everyone.busbw_GBps == SLOW_GBPS:  # as check judges its all-node run against its links
         everyone = dataclasses.replace(everyone, status="slow")
