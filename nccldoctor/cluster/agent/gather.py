@@ -18,7 +18,7 @@ from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.cluster.diagnosis.node_report import NodeRun
-from nccldoctor.cluster.records import NodeEntry
+from nccldoctor.cluster.records import NodeEntry, PhaseStatus
 from nccldoctor.facts.run import MasterLost
 from nccldoctor.facts.world import Rejected
 from nccldoctor.report import Report
@@ -105,7 +105,9 @@ def master_lost(run: NodeRun, config: CheckConfig, store: Any = None) -> bool:
     if error is None:
         return False
     master = next((n.name for n in run.world.nodes if n.node_rank == 0), config.master)
-    phase = run.phases[-1].phase if run.phases else "?"
+    # the last phase that ran: one skipped after the loss (isolate, with no store) did not see it
+    ran = [p for p in run.phases if p.status is not PhaseStatus.SKIPPED]
+    phase = ran[-1].phase if ran else "?"
     errors = {r.rank: r.error or "" for r in run.ranks}
     run.observed.master_lost = MasterLost(master, address, error, phase, errors)
     run.lost.append(f"the master {master} (node rank 0) was lost during the {phase} phase")
