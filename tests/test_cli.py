@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -99,6 +100,12 @@ def test_every_help_carries_the_one_exit_code_sentence(command):
     result = runner.invoke(app, [*command, "--help"], env={"NO_COLOR": "1", "COLUMNS": "400"})
     assert result.exit_code == 0
     assert " ".join(result.stdout.split()).count(" ".join(EXIT_CODES.split())) == 1
+
+
+def test_the_readme_states_the_same_exit_code_sentence():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    paragraph = readme.split('<a id="exit-codes"></a>\n', 1)[1].split("\n\n", 1)[0]
+    assert " ".join(paragraph.replace("`", "").split()) == " ".join(EXIT_CODES.split())
 
 
 def test_preflight_writes_its_json_to_the_file_named_by_json_file(tmp_path):
