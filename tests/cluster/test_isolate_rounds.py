@@ -3,12 +3,10 @@ whole run of rounds among nodes played by threads of this process (real gloo gro
 
 from __future__ import annotations
 
-import json
 import threading
 
-import pytest
-
 from nccldoctor.cluster.isolate import results, rounds
+from nccldoctor.cluster.isolate.messages import MemberResult, RoundCall, RunState
 from nccldoctor.cluster.isolate.scheduler import Round
 from nccldoctor.facts.isolation import Isolation
 from tests.ports import free_port
@@ -20,9 +18,9 @@ NOISE = {f"node{i}": 1e-6 for i in range(4)}
 
 
 def test_auto_isolates_when_the_all_node_run_failed_or_a_node_said_nothing() -> None:
-    ok = {"ok": True, "why": ""}
+    ok = RunState(True)
     plan = rounds.should_isolate(
-        "auto", {"a": ok, "b": {"ok": False, "why": "rank 1 stuck"}, "c": None}, {}
+        "auto", {"a": ok, "b": RunState(False, "rank 1 stuck"), "c": None}, {}
     )
     assert (
         plan.run
@@ -36,7 +34,7 @@ def test_auto_isolates_when_the_all_node_run_failed_or_a_node_said_nothing() -> 
 
 
 def test_auto_isolates_when_one_node_s_link_is_far_slower_than_the_others() -> None:
-    ok = {"ok": True, "why": ""}
+    ok = RunState(True)
     states = {n: ok for n in "abcd"}
     plan = rounds.should_isolate("auto", states, {"b": 9.4, "c": 9.9, "d": 0.1})
     assert (
@@ -47,15 +45,15 @@ def test_auto_isolates_when_one_node_s_link_is_far_slower_than_the_others() -> N
 
 
 def test_a_group_is_judged_by_its_slowest_member_and_its_worst_end() -> None:
-    ok = {"status": "ok", "init_s": 0.1, "seconds": [[1 << 20, 0.01], [8 << 20, 0.1]], "error": ""}
-    slow = {**ok, "seconds": [[1 << 20, 0.02], [8 << 20, 0.4]], "init_s": 0.3}
+    ok = MemberResult("ok", 0.1, [(1 << 20, 0.01), (8 << 20, 0.1)])
+    slow = MemberResult("ok", 0.3, [(1 << 20, 0.02), (8 << 20, 0.4)])
     test = results.group_test(2, ("a", "b"), {"a": ok, "b": slow}, {"a", "b"})
     assert test.status == "ok" and test.init_s == 0.3
     assert [(r.size_bytes, r.busbw_GBps) for r in test.rates] == [
         (1 << 20, 0.0524),
         (8 << 20, 0.021),
     ]
-    error = {**ok, "status": "error", "error": "RuntimeError: Connection reset by peer"}
+    error = MemberResult("error", 0.1, [], "RuntimeError: Connection reset by peer")
     assert results.group_test(2, ("a", "b"), {"a": ok, "b": error}, {"a", "b"}).detail == (
         "b: RuntimeError: Connection reset by peer"
     )
@@ -63,16 +61,8 @@ def test_a_group_is_judged_by_its_slowest_member_and_its_worst_end() -> None:
     assert (late.status, late.detail) == ("timeout", "b passed the group's deadline")
     gone = results.group_test(2, ("a", "b"), {"a": ok}, {"a"})
     assert (gone.status, gone.absent) == ("absent", ("b",))
-
-
-@pytest.mark.parametrize(
-    "value",
-    [None, [], {"status": "fine"}, {"status": "ok", "seconds": "x"},
-     {"status": "ok", "seconds": [[1, 2, 3]]}, {"status": "ok", "seconds": [[-1, 0.1]]},
-     {"status": "ok", "seconds": [[1, 0.1]] * 9}, {"status": "ok", "seconds": [], "init_s": "1"}],
-)  # fmt: skip
-def test_what_a_stranger_writes_as_a_result_is_no_result(value: object) -> None:
-    assert not results.is_result(value)
+    unread = results.group_test(2, ("a", "b"), {"a": ok}, {"a", "b"}, {"b": 'status "fine"'})
+    assert (unread.status, unread.detail) == ("timeout", 'b\'s result was refused: status "fine"')
 
 
 def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path) -> None:
@@ -107,7 +97,7 @@ def test_rounds_among_threads_name_the_node_that_never_takes_its_place(tmp_path)
     passed = [t for t in answer.tests if t.status == "ok"]
     assert passed and all(t.busbw_GBps and t.busbw_GBps > 0 for t in passed)
     assert all(len(t.rates) == 3 for t in passed)
-    assert json.loads(store.get(keys.round(answer.rounds + 1))) == {"done": True}
+    assert RoundCall.from_json(store.get(keys.round(answer.rounds + 1))) == RoundCall(done=True)
 
 
 def test_a_node_that_dies_after_a_round_is_unreachable_from_the_round_it_missed(tmp_path) -> None:
@@ -209,6 +199,6 @@ def test_auto_isolates_when_the_all_node_busbw_is_far_below_what_the_links_carry
     )
     assert below_links(5.5, "IB", budgets) == "" and below_links(None, "IB", budgets) == ""
     assert below_links(1.2, "", budgets) == "" and below_links(1.2, "IB", {}) == ""
-    ok = {"ok": True, "why": ""}
+    ok = RunState(True)
     plan = rounds.should_isolate("auto", {"a": ok, "b": ok, "c": ok}, {}, why)
     assert plan.run and plan.why == why

@@ -12,35 +12,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from nccldoctor.cluster.isolate.messages import MemberResult
 from nccldoctor.cluster.worker.collectives import rank_values
 
 # (bytes, timed iterations): small enough that a rate-limited link still finishes one in seconds,
 # the largest big enough that the link, not the latency, bounds it
 SIZES = ((64 << 10, 5), (1 << 20, 3), (8 << 20, 2))
 CHECK_COUNT = 65_537  # odd: a backend that chunks by rank gets its edge tested
-ERROR_CHARS = 300
-
-
-@dataclass
-class MemberResult:
-    """What one member measured; its JSON goes through the store to the master."""
-
-    status: str = "timeout"  # ok | error | timeout
-    init_s: float | None = None
-    seconds: list[tuple[int, float]] = field(default_factory=list)  # (bytes, s per iteration)
-    error: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "init_s": self.init_s,
-            "seconds": [list(row) for row in self.seconds],
-            "error": self.error[:ERROR_CHARS],
-        }
 
 
 @dataclass(frozen=True)

@@ -1,42 +1,51 @@
-"""What the members of a round wrote, read by the master into each group's test: a member's result
-checked before it counts (whoever reaches the store may have written it), the group's status from
-its members' (absent, an error, late, ok), and its busbw per size from the slowest member's time,
-as nccl-tests combines ranks' times."""
+"""What the members of a round wrote, read by the master into each group's test: the group's
+status from its members' results (absent, an error, late, ok), and its busbw per size from the
+slowest member's time, as nccl-tests combines ranks' times. A member whose result was refused
+(messages.MemberResult.from_json) counts as one that never answered, with why."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from nccldoctor.cluster.isolate import grouptest
+from nccldoctor.cluster.isolate.messages import MemberResult
 from nccldoctor.facts.isolation import GroupTest, SizeRate
 
 
 def group_test(
-    number: int, group: tuple[str, ...], results: Mapping[str, dict[str, Any]], took: set[str]
+    number: int,
+    group: tuple[str, ...],
+    results: Mapping[str, MemberResult],
+    took: set[str],
+    refused: Mapping[str, str] | None = None,
 ) -> GroupTest:
+    """``refused``: why the master read no result from a member that wrote one."""
     absent = tuple(m for m in group if m not in took)
     if absent:
         return GroupTest(number, group, "absent", absent=absent)
     mine = [results.get(m) for m in group]
-    inits = [r["init_s"] for r in mine if r and isinstance(r.get("init_s"), (int, float))]
+    inits = [r.init_s for r in mine if r and r.init_s is not None]
     init = max(inits) if inits else None
-    late = [m for m, r in zip(group, mine, strict=True) if r is None or r["status"] == "timeout"]
-    errors = [f"{m}: {r['error']}" for m, r in zip(group, mine, strict=True)
-              if r and r["status"] == "error"]  # fmt: skip
+    refused = refused or {}
+    unread = [f"{m}'s result was refused: {refused[m]}" for m, r in zip(group, mine, strict=True)
+              if r is None and m in refused]  # fmt: skip
+    late = [m for m, r in zip(group, mine, strict=True)
+            if (r is None and m not in refused) or (r and r.status == "timeout")]  # fmt: skip
+    errors = [f"{m}: {r.error}" for m, r in zip(group, mine, strict=True)
+              if r and r.status == "error"]  # fmt: skip
     if errors:
         return GroupTest(number, group, "error", init_s=init, detail="; ".join(errors)[:500])
-    if late:
-        detail = f"{', '.join(late)} passed the group's deadline"
+    if late or unread:
+        passed = [f"{', '.join(late)} passed the group's deadline"] if late else []
+        detail = "; ".join(passed + unread)[:500]
         return GroupTest(number, group, "timeout", init_s=init, detail=detail)
     return GroupTest(number, group, "ok", rates(group, mine), init_s=init)
 
 
-def rates(group: tuple[str, ...], results: Sequence[dict[str, Any] | None]) -> tuple[SizeRate, ...]:
+def rates(group: tuple[str, ...], results: Sequence[MemberResult | None]) -> tuple[SizeRate, ...]:
     """busbw per size from the slowest member's time, as nccl-tests combines ranks' times."""
     seconds: dict[int, float] = {}
     for result in results:
-        for size, s in (result or {}).get("seconds", []):
+        for size, s in result.seconds if result else ():
             seconds[size] = max(seconds.get(size, 0.0), s)
     n = len(group)
     factor = 2 * (n - 1) / n
@@ -45,19 +54,3 @@ def rates(group: tuple[str, ...], results: Sequence[dict[str, Any] | None]) -> t
         for size, s in sorted(seconds.items())
         if s > 0
     )
-
-
-def is_result(value: Any) -> bool:
-    if not isinstance(value, dict) or value.get("status") not in ("ok", "error", "timeout"):
-        return False
-    rows = value.get("seconds")
-    if not isinstance(rows, list) or len(rows) > len(grouptest.SIZES):
-        return False
-    if not all(
-        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and 0 < r[0] <= 1 << 40
-        and isinstance(r[1], (int, float)) and r[1] >= 0
-        for r in rows
-    ):  # fmt: skip
-        return False
-    value["error"] = str(value.get("error", ""))[: grouptest.ERROR_CHARS]
-    return value.get("init_s") is None or isinstance(value["init_s"], (int, float))

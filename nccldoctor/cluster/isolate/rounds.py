@@ -9,15 +9,13 @@ thread), takes its place in its group of each round (grouptest.py) until ``round
 
 Every wait has a deadline: the master's for the states (exit_barrier), for a round's results (the
 group deadline and a margin); a member's for the plan and for each next round. What the master
-reads was written by whoever reaches the store: each value is bounded and checked, and one that is
-not what a node writes counts as no answer.
+reads was written by whoever reaches the store: each value is a record of messages.py, bounded and
+checked, and one that is refused counts as no answer, with why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 import statistics
 import threading
 import time
@@ -27,12 +25,12 @@ from datetime import timedelta
 from typing import Any
 
 from nccldoctor.cluster.isolate import grouptest
-from nccldoctor.cluster.isolate.results import group_test, is_result
+from nccldoctor.cluster.isolate.messages import MemberResult, Plan, RoundCall, RunState
+from nccldoctor.cluster.isolate.results import group_test
 from nccldoctor.cluster.isolate.scheduler import Round, next_step
 from nccldoctor.facts.isolation import GroupTest, Isolation
 from nccldoctor.forensics.stacks import readable
 
-INTERFACE_NAME = re.compile(r"[\w.:@-]{1,15}")  # what a node says it binds to, as Linux names it
 MARGIN_S = 5.0  # a round's results reach the master this long after the group's deadline
 MAX_VALUE_BYTES = 64 << 10  # a member's result is a few hundred bytes
 # A node's TCP rate to the master this far below the others' median: a port negotiated down
@@ -77,32 +75,31 @@ class Member:
     deadline_s: float  # one group's test
 
 
-@dataclass(frozen=True)
-class Plan:
-    run: bool
-    why: str
-
-
 # -- the decision -------------------------------------------------------------------------------
 def should_isolate(
     mode: str,
-    states: Mapping[str, Mapping[str, Any] | None],
+    states: Mapping[str, RunState | None],
     tcp_gbps: Mapping[str, float],
     below_links: str = "",
+    refused: Mapping[str, str] | None = None,
 ) -> Plan:
     """Whether the rounds run: ``always``, never with ``never``; with ``auto`` when a node's part
     of the all-node run failed or hung, a node never said how it went, a node's TCP rate to the
     master is far below the others' (what its link carries is not what theirs do), or
-    ``below_links`` says the all-node busbw is far below what the links carry."""
+    ``below_links`` says the all-node busbw is far below what the links carry. ``refused``: why
+    a node's state was no state (it counts as never said)."""
     if mode == "never":
         return Plan(False, "--isolate never")
-    failed = [n for n, s in states.items() if s is not None and not s.get("ok")]
-    silent = [n for n, s in states.items() if s is None]
+    refused = refused or {}
+    failed = [n for n, s in states.items() if s is not None and not s.ok]
+    silent = [n for n, s in states.items() if s is None and n not in refused]
     why = []
     if failed:
         why.append(f"the all-node run failed on {', '.join(failed)}")
     if silent:
         why.append(f"{', '.join(silent)} never said how the all-node run went")
+    why += [f"{n}'s state was refused: {refused[n]}" for n, s in states.items()
+            if s is None and n in refused]  # fmt: skip
     slow = slow_links(tcp_gbps)
     if slow:
         why.append(slow)
@@ -133,8 +130,7 @@ def publish_state(
     store: Any, keys: IsoKeys, rank: int, ok: bool, why: str, interface: str | None = None
 ) -> None:
     """How this node's part of the all-node run went, and the interface its groups will use."""
-    value = {"ok": bool(ok), "why": why[:500], "interface": interface or ""}
-    store.set(keys.state(rank), json.dumps(value))
+    store.set(keys.state(rank), RunState.of(ok, why, interface).to_json())
 
 
 def close_plan(store: Any, keys: IsoKeys, why: str) -> None:
@@ -142,17 +138,18 @@ def close_plan(store: Any, keys: IsoKeys, why: str) -> None:
     before its isolate phase), so that no node waits for a plan that will not come."""
     try:
         if not store.check([keys.plan]):
-            store.set(keys.plan, json.dumps({"run": False, "why": why[:500]}))
+            store.set(keys.plan, Plan(False, why).to_json())
     except Exception:  # the store went with it: the nodes' wait has its deadline
         pass
 
 
 def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
-    """The master's plan, or None when it never came."""
+    """The master's plan, or None when it never came or was refused."""
     value = _wait_value(store, keys.plan, time.monotonic() + timeout_s)
-    if not isinstance(value, dict) or not isinstance(value.get("run"), bool):
+    try:
+        return Plan.from_json(value) if value is not None else None
+    except ValueError:
         return None
-    return Plan(value["run"], str(value.get("why", ""))[:500])
 
 
 def take_part(
@@ -168,13 +165,17 @@ def take_part(
     number = 1
     while stop is None or not stop.is_set():
         value = _wait_value(store, keys.round(number), time.monotonic() + round_wait_s)
-        if not isinstance(value, dict):
+        if value is None:
             notes.append(f"round {number} never came from the master within {round_wait_s:.0f} s")
             return notes
-        if value.get("done"):
+        try:
+            call = RoundCall.from_json(value)
+        except ValueError as exc:
+            notes.append(f"round {number} from the master was refused: {exc}")
             return notes
-        groups = value.get("groups")
-        mine = _my_group(groups, me.name)
+        if call.done:
+            return notes
+        mine = _my_group(call.groups, me.name)
         if mine is not None:
             index, members = mine
             store.set(keys.took(number, me.rank), "1")
@@ -184,18 +185,13 @@ def take_part(
             )  # fmt: skip
             result = grouptest.run_member(spec)
             result.error = readable(result.error).strip().splitlines()[0] if result.error else ""
-            store.set(keys.result(number, me.rank), json.dumps(result.to_dict()))
+            store.set(keys.result(number, me.rank), result.to_json())
         number += 1
     return notes
 
 
-def _my_group(groups: Any, name: str) -> tuple[int, list[str]] | None:
-    if not isinstance(groups, list):
-        return None
-    for index, group in enumerate(groups):
-        if isinstance(group, list) and name in group and all(isinstance(m, str) for m in group):
-            return index, group
-    return None
+def _my_group(groups: Sequence[tuple[str, ...]], name: str) -> tuple[int, tuple[str, ...]] | None:
+    return next(((i, g) for i, g in enumerate(groups) if name in g), None)
 
 
 # -- the master -----------------------------------------------------------------------------------
@@ -217,9 +213,12 @@ def coordinate(
     past its isolate phase without a state (it stopped and handed its report over): not waited
     for."""
     names = {rank: name for rank, name in nodes.items()}
-    states = _read_states(store, keys, names, time.monotonic() + states_wait_s, gone)
-    plan = should_isolate(mode, {names[r]: s for r, s in states.items()}, tcp_gbps, below_links)
-    store.set(keys.plan, json.dumps({"run": plan.run, "why": plan.why}))
+    refused: dict[str, str] = {}
+    states = _read_states(store, keys, names, time.monotonic() + states_wait_s, gone, refused)
+    plan = should_isolate(
+        mode, {names[r]: s for r, s in states.items()}, tcp_gbps, below_links, refused
+    )
+    store.set(keys.plan, plan.to_json())
     if not plan.run:
         return plan
     progress(f"isolate: {plan.why}; testing the nodes in pairs")
@@ -236,13 +235,12 @@ def coordinate(
             if not isinstance(step, Round):
                 break
             progress(f"isolate: round {step.number}, {len(step.groups)} group(s)")
-            groups = [list(g) for g in step.groups]
-            store.set(keys.round(step.number), json.dumps({"groups": groups}))
+            store.set(keys.round(step.number), RoundCall(tuple(step.groups)).to_json())
             tests += _read_round(store, keys, step, names, me.deadline_s)
     finally:
-        store.set(keys.round(_next_round(tests)), json.dumps({"done": True}))
+        store.set(keys.round(_next_round(tests)), RoundCall(done=True).to_json())
     own.join(MARGIN_S)
-    interfaces = {names[r]: s["interface"] for r, s in states.items() if s and s["interface"]}
+    interfaces = {names[r]: s.interface for r, s in states.items() if s and s.interface}
     return dataclasses.replace(step, why_run=plan.why, interfaces=interfaces)
 
 
@@ -251,19 +249,17 @@ def _next_round(tests: Sequence[GroupTest]) -> int:
 
 
 def _all_node_run(
-    names: Mapping[int, str], states: Mapping[int, Mapping[str, Any] | None]
+    names: Mapping[int, str], states: Mapping[int, RunState | None]
 ) -> list[GroupTest]:
     """Round 0, the all-node run, when it failed: the scheduler bisects it if no node explains
     it. A run that passed is left out, so that every node is still tested in pairs."""
     members = tuple(sorted(names.values()))
     absent = tuple(sorted(names[r] for r, s in states.items() if s is None))
-    failed = [names[r] for r, s in states.items() if s is not None and not s.get("ok")]
+    failed = [names[r] for r, s in states.items() if s is not None and not s.ok]
     if absent:
         return [GroupTest(0, members, "absent", absent=absent)]
     if failed:
-        why = "; ".join(
-            f"{names[r]}: {s.get('why')}" for r, s in states.items() if s and not s.get("ok")
-        )
+        why = "; ".join(f"{names[r]}: {s.why}" for r, s in states.items() if s and not s.ok)
         return [GroupTest(0, members, "error", detail=why[:500])]
     return []
 
@@ -274,19 +270,21 @@ def _read_states(
     names: Mapping[int, str],
     deadline: float,
     gone: Callable[[int], bool] = lambda rank: False,
-) -> dict[int, dict[str, Any] | None]:
-    states: dict[int, dict[str, Any] | None] = {r: None for r in names}
+    refused: dict[str, str] | None = None,
+) -> dict[int, RunState | None]:
+    """Each node's state, None for one that wrote none in time or one refused (``refused``
+    gets why, by name: it is not waited for)."""
+    refused = {} if refused is None else refused
+    states: dict[int, RunState | None] = {r: None for r in names}
     given_up: set[int] = set()
     while True:
-        for rank in [r for r, s in states.items() if s is None]:
+        for rank in [r for r, s in states.items() if s is None and r not in given_up]:
             value = _get(store, keys.state(rank))
-            if isinstance(value, dict) and isinstance(value.get("ok"), bool):
-                interface = str(value.get("interface", ""))
-                states[rank] = {
-                    "ok": value["ok"],
-                    "why": str(value.get("why", ""))[:500],
-                    "interface": interface if INTERFACE_NAME.fullmatch(interface) else "",
-                }
+            try:
+                states[rank] = RunState.from_json(value) if value is not None else None
+            except ValueError as exc:
+                refused[names[rank]] = str(exc)[:200]
+                given_up.add(rank)
         given_up |= {r for r, s in states.items() if s is None and r not in given_up and gone(r)}
         missing = [keys.state(r) for r, s in states.items() if s is None and r not in given_up]
         if not missing or time.monotonic() >= deadline:
@@ -302,42 +300,42 @@ def _read_round(
     ranks = {name: rank for rank, name in names.items()}
     members = [m for g in step.groups for m in g]
     deadline = time.monotonic() + deadline_s + MARGIN_S
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, MemberResult] = {}
+    refused: dict[str, str] = {}
     took: set[str] = set()
     while True:
         for name in members:
             if name not in took and store.check([keys.took(step.number, ranks[name])]):
                 took.add(name)
-            if name not in results:
+            if name not in results and name not in refused:
                 value = _get(store, keys.result(step.number, ranks[name]))
-                if is_result(value):
-                    results[name] = value
-                    took.add(name)
-        left = [n for n in members if n not in results]
+                if value is None:
+                    continue
+                took.add(name)
+                try:
+                    results[name] = MemberResult.from_json(value)
+                except ValueError as exc:
+                    refused[name] = str(exc)[:200]
+        left = [n for n in members if n not in results and n not in refused]
         if not left or time.monotonic() >= deadline:
             break
         _wait(store, [keys.result(step.number, ranks[left[0]])], 0.5)
-    return [group_test(step.number, g, results, took) for g in step.groups]
+    return [group_test(step.number, g, results, took, refused) for g in step.groups]
 
 
 # -- the store --------------------------------------------------------------------------------------
-def _get(store: Any, key: str) -> Any:
-    """The JSON value at ``key``, None when unset, too big or not JSON."""
+def _get(store: Any, key: str) -> bytes | None:
+    """The value at ``key``, None when unset or too big to be what a node writes."""
     try:
         if not store.check([key]):
             return None
         raw = store.get(key)
     except Exception:  # the store went away: as good as unset, the deadline decides
         return None
-    if len(raw) > MAX_VALUE_BYTES:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+    return None if len(raw) > MAX_VALUE_BYTES else raw
 
 
-def _wait_value(store: Any, key: str, deadline: float) -> Any:
+def _wait_value(store: Any, key: str, deadline: float) -> bytes | None:
     while True:
         value = _get(store, key)
         if value is not None or time.monotonic() >= deadline:

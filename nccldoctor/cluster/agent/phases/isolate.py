@@ -7,6 +7,7 @@ from __future__ import annotations
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.cluster.isolate import rounds
 from nccldoctor.cluster.isolate.budget import below_links, link_budgets
+from nccldoctor.cluster.isolate.messages import Plan
 from nccldoctor.cluster.records import PhaseStatus
 
 MIN_NODES = 3  # two nodes alone cannot tell a node from the link between them
@@ -56,7 +57,7 @@ def run(state: AgentState) -> PhaseEnd:
             return PhaseEnd(
                 f"the rounds stopped: {type(exc).__name__}: {exc}"[:300], PhaseStatus.FAIL
             )
-        if isinstance(answer, rounds.Plan):
+        if isinstance(answer, Plan):
             return PhaseEnd.skipped(answer.why)
         state.isolation = answer
         culprits = ", ".join(f"{v.node} {v.state}" for v in answer.culprits)
