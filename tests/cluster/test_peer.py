@@ -116,7 +116,7 @@ ENTRY = {"slot": 1, "name": "node1", "advertised": "198.18.0.2", "seen": "198.18
     ],
 )
 def test_a_node_entry_that_is_not_one_is_refused_with_why(change, why):
-    assert peer.node_entry(json.dumps(ENTRY), 1) == (ENTRY, "")
+    assert peer.node_entry(json.dumps(ENTRY), 1) == (NodeEntry(**ENTRY), "")
     assert peer.node_entry(json.dumps({**ENTRY, **change}), 1) == (None, why)
 
 

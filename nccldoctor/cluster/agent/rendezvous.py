@@ -165,9 +165,9 @@ def _read_entries(
             continue
         seen.add(slot)
         raw = store.get(keys.node(slot))
-        fields, why = peer.node_entry(raw, slot)
-        if fields is not None:
-            found[slot] = NodeEntry(**fields)
+        entry, why = peer.node_entry(raw, slot)
+        if entry is not None:
+            found[slot] = entry
         else:
             name = peer.claimed_name(raw) or f"slot {slot}"
             _reject(rejected, Rejected("entry", name, keys.short(keys.node(slot)), why))

@@ -17,6 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.report import Report
 from nccldoctor.report.load import ReportError, report_from_document
 
@@ -66,9 +67,8 @@ def node_result(raw: bytes | str) -> tuple[Report | None, str]:
         return None, str(exc)
 
 
-def node_entry(raw: bytes | str, slot: int) -> tuple[dict[str, Any] | None, str]:
-    """The fields of a node's entry (cluster/records.py NodeEntry) as written to ``node/<slot>``;
-    (None, why) when it is not one."""
+def node_entry(raw: bytes | str, slot: int) -> tuple[NodeEntry | None, str]:
+    """A node's entry as written to ``node/<slot>``; (None, why) when it is not one."""
     data, why = _read(raw, MAX_ENTRY_BYTES)
     if data is None:
         return None, why
@@ -97,7 +97,7 @@ def node_entry(raw: bytes | str, slot: int) -> tuple[dict[str, Any] | None, str]
     why = schema_error(data.get("facts", {}), _schema()["$defs"]["node_facts"])
     if why:
         return None, f"facts: {why}"
-    return data, ""
+    return NodeEntry(**data), ""
 
 
 def claimed_name(raw: bytes | str) -> str:
