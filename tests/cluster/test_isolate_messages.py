@@ -114,22 +114,49 @@ def test_any_json_document_is_a_message_or_refused(kind, value) -> None:
         return
 
 
-def test_the_master_says_why_a_node_s_state_was_refused_and_does_not_wait_for_it() -> None:
+def test_the_master_says_why_a_node_s_state_was_refused_and_reads_the_node_s_own_over_it() -> None:
+    import threading
     import time
 
     from nccldoctor.meet import host_store
 
     store = host_store(free_port(), 10)
     keys = rounds.IsoKeys("nccldoctor/refused")
-    names = {0: "node0", 1: "node1", 2: "node2"}
+    names = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
     rounds.publish_state(store, keys, 0, True, "")
     rounds.publish_state(store, keys, 1, True, "")
     store.set(keys.state(2), '{"ok": "yes"}')  # a stranger's, or a node of another version's
+    store.set(keys.state(3), "[]")
+    late = threading.Timer(0.5, rounds.publish_state, (store, keys, 3, False, "rank 7 stuck"))
+    late.start()  # node3's own state, written over the stranger's
     refused: dict[str, str] = {}
     started = time.monotonic()
-    states = rounds._read_states(store, keys, names, time.monotonic() + 30, refused=refused)
-    assert time.monotonic() - started < 10
+    states = rounds._read_states(store, keys, names, time.monotonic() + 2, refused=refused)
+    assert 1.5 < time.monotonic() - started < 8
     assert states[2] is None and states[0] == RunState(True)
+    assert states[3] == RunState(False, "rank 7 stuck")
     assert refused == {"node2": 'ok is "yes", not true or false'}
     plan = rounds.should_isolate("auto", {names[r]: s for r, s in states.items()}, {}, "", refused)
-    assert plan == Plan(True, 'node2\'s state was refused: ok is "yes", not true or false')
+    assert plan == Plan(
+        True,
+        "the all-node run failed on node3; "
+        'node2\'s state was refused: ok is "yes", not true or false',
+    )
+
+
+def test_a_member_says_the_round_it_could_not_read() -> None:
+    from nccldoctor.meet import host_store
+
+    store = host_store(free_port(), 10)
+    keys = rounds.IsoKeys("nccldoctor/badround")
+    store.set(keys.round(1), '{"groups": [["node0", "node1"]], "done": true}')
+    me = rounds.Member("node1", 1, "127.0.0.1", 0, "gloo", "lo", 1.0)
+    assert rounds.take_part(store, keys, me, 1.0) == [
+        "round 1 was refused: not a round: done, with groups within 1 s"
+    ]
+    store.set(keys.plan, '{"run": 1}')
+    assert rounds.wait_plan(store, keys, 0.5) is None
+    store.set(keys.state(9), "x" * 70_000)
+    refused: dict[str, str] = {}
+    assert rounds._read(store, keys.state(9), RunState, "node9", refused) is None
+    assert refused == {"node9": "70000 bytes, more than the 65536 a node writes"}

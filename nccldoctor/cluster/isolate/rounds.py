@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from nccldoctor.cluster.isolate import grouptest
 from nccldoctor.cluster.isolate.messages import MemberResult, Plan, RoundCall, RunState
@@ -33,10 +33,12 @@ from nccldoctor.forensics.stacks import readable
 
 MARGIN_S = 5.0  # a round's results reach the master this long after the group's deadline
 MAX_VALUE_BYTES = 64 << 10  # a member's result is a few hundred bytes
+POLL_S = 0.2  # how often a refused value is read again: a node's own may replace it
 # A node's TCP rate to the master this far below the others' median: a port negotiated down
 # (1 Gbit/s among 25), a rate limit left behind. The probe is short and shares the CPU with the
 # check: on a loaded machine a healthy node's turn came out at a fifteenth of the median.
 SLOW_LINK_SHARE = 1 / 25
+T = TypeVar("T", RunState, Plan, RoundCall, MemberResult)
 
 
 class IsoKeys:
@@ -144,12 +146,8 @@ def close_plan(store: Any, keys: IsoKeys, why: str) -> None:
 
 
 def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
-    """The master's plan, or None when it never came or was refused."""
-    value = _wait_value(store, keys.plan, time.monotonic() + timeout_s)
-    try:
-        return Plan.from_json(value) if value is not None else None
-    except ValueError:
-        return None
+    """The master's plan, or None when none that reads came in time."""
+    return _wait_message(store, keys.plan, Plan, time.monotonic() + timeout_s, {})
 
 
 def take_part(
@@ -164,14 +162,12 @@ def take_part(
     notes: list[str] = []
     number = 1
     while stop is None or not stop.is_set():
-        value = _wait_value(store, keys.round(number), time.monotonic() + round_wait_s)
-        if value is None:
-            notes.append(f"round {number} never came from the master within {round_wait_s:.0f} s")
-            return notes
-        try:
-            call = RoundCall.from_json(value)
-        except ValueError as exc:
-            notes.append(f"round {number} from the master was refused: {exc}")
+        refused: dict[str, str] = {}
+        deadline = time.monotonic() + round_wait_s
+        call = _wait_message(store, keys.round(number), RoundCall, deadline, refused)
+        if call is None:
+            came = f"was refused: {refused['master']}" if refused else "never came from the master"
+            notes.append(f"round {number} {came} within {round_wait_s:.0f} s")
             return notes
         if call.done:
             return notes
@@ -272,24 +268,21 @@ def _read_states(
     gone: Callable[[int], bool] = lambda rank: False,
     refused: dict[str, str] | None = None,
 ) -> dict[int, RunState | None]:
-    """Each node's state, None for one that wrote none in time or one refused (``refused``
-    gets why, by name: it is not waited for)."""
+    """Each node's state, None for one that wrote none in time or none that reads (``refused``
+    gets why, by name). A refused value is read again until the deadline: the node's own
+    state may still be written over a stranger's."""
     refused = {} if refused is None else refused
     states: dict[int, RunState | None] = {r: None for r in names}
     given_up: set[int] = set()
     while True:
         for rank in [r for r, s in states.items() if s is None and r not in given_up]:
-            value = _get(store, keys.state(rank))
-            try:
-                states[rank] = RunState.from_json(value) if value is not None else None
-            except ValueError as exc:
-                refused[names[rank]] = str(exc)[:200]
-                given_up.add(rank)
+            states[rank] = _read(store, keys.state(rank), RunState, names[rank], refused)
         given_up |= {r for r, s in states.items() if s is None and r not in given_up and gone(r)}
-        missing = [keys.state(r) for r, s in states.items() if s is None and r not in given_up]
+        missing = [r for r, s in states.items() if s is None and r not in given_up]
         if not missing or time.monotonic() >= deadline:
             return states
-        _wait(store, missing[:1], min(1.0, max(0.0, deadline - time.monotonic())))
+        unset = [keys.state(r) for r in missing if names[r] not in refused]
+        _wait(store, unset[:1], min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def _read_round(
@@ -307,45 +300,70 @@ def _read_round(
         for name in members:
             if name not in took and store.check([keys.took(step.number, ranks[name])]):
                 took.add(name)
-            if name not in results and name not in refused:
-                value = _get(store, keys.result(step.number, ranks[name]))
-                if value is None:
-                    continue
-                took.add(name)
-                try:
-                    results[name] = MemberResult.from_json(value)
-                except ValueError as exc:
-                    refused[name] = str(exc)[:200]
-        left = [n for n in members if n not in results and n not in refused]
+            if name not in results:
+                result = _read(store, keys.result(step.number, ranks[name]), MemberResult, name,
+                               refused)  # fmt: skip
+                if result is not None:
+                    results[name] = result
+                if result is not None or name in refused:
+                    took.add(name)
+        left = [n for n in members if n not in results]
         if not left or time.monotonic() >= deadline:
             break
-        _wait(store, [keys.result(step.number, ranks[left[0]])], 0.5)
+        unset = [keys.result(step.number, ranks[n]) for n in left if n not in refused]
+        _wait(store, unset[:1], 0.5)
     return [group_test(step.number, g, results, took, refused) for g in step.groups]
 
 
 # -- the store --------------------------------------------------------------------------------------
+def _read(store: Any, key: str, kind: type[T], name: str, refused: dict[str, str]) -> T | None:
+    """The message of ``kind`` at ``key``, None when there is none yet or it is refused (then
+    ``refused[name]`` says why, until a later read is not)."""
+    value = _get(store, key)
+    if value is None:
+        return None
+    try:
+        if len(value) > MAX_VALUE_BYTES:
+            raise ValueError(f"{len(value)} bytes, more than the {MAX_VALUE_BYTES} a node writes")
+        message = kind.from_json(value)
+    except ValueError as exc:
+        refused[name] = str(exc)[:200]
+        return None
+    refused.pop(name, None)
+    return message
+
+
 def _get(store: Any, key: str) -> bytes | None:
-    """The value at ``key``, None when unset or too big to be what a node writes."""
+    """The value at ``key``, None when unset."""
     try:
         if not store.check([key]):
             return None
         raw = store.get(key)
     except Exception:  # the store went away: as good as unset, the deadline decides
         return None
-    return None if len(raw) > MAX_VALUE_BYTES else raw
+    return raw
 
 
-def _wait_value(store: Any, key: str, deadline: float) -> bytes | None:
+def _wait_message(
+    store: Any, key: str, kind: type[T], deadline: float, refused: dict[str, str]
+) -> T | None:
+    """The master's message of ``kind`` at ``key`` once it is one, or None at the deadline
+    (``refused["master"]``: why what was there was not)."""
     while True:
-        value = _get(store, key)
-        if value is not None or time.monotonic() >= deadline:
-            return value
-        _wait(store, [key], min(1.0, max(0.05, deadline - time.monotonic())))
+        message = _read(store, key, kind, "master", refused)
+        if message is not None or time.monotonic() >= deadline:
+            return message
+        left = min(1.0, max(0.05, deadline - time.monotonic()))
+        _wait(store, [] if refused else [key], left)
 
 
 def _wait(store: Any, keys: list[str], seconds: float) -> None:
-    """Until the keys are set or ``seconds``; a store that fails at once must not spin."""
+    """Until the keys are set or ``seconds`` (no keys: ``seconds``); a store that fails at once
+    must not spin."""
     end = time.monotonic() + seconds
+    if not keys:
+        time.sleep(max(0.0, min(seconds, POLL_S)))
+        return
     try:
         store.wait(keys, timedelta(seconds=seconds))
     except Exception:  # timed out (DistStoreError), or the store is gone
