@@ -125,6 +125,10 @@ def test_config_refuses_bad_values_naming_the_key(change, message):
 def test_config_missing_required_key_is_a_value_error():
     with pytest.raises(ValueError, match="rank_dir"):
         WorkerConfig.from_json('{"run_id": "r", "backend": "gloo"}')
+    with pytest.raises(ValueError, match="nested more than"):
+        WorkerConfig.from_json("[" * 100_000)
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        WorkerConfig.from_json("[]")
 
 
 def test_fault_specs_parse_strictly():

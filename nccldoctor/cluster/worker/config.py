@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nccldoctor.jsondoc import parse
+
 BACKENDS = ("gloo", "nccl")
 # The dtypes a worker knows how to fill and check exactly (collectives.EXACT_INTEGER_LIMIT).
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
@@ -88,7 +90,7 @@ class WorkerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
-        data = json.loads(text)
+        data = parse(text)  # within the JSON readers' bounds: nesting is a ValueError too
         if not isinstance(data, dict):
             raise ValueError("worker config must be a JSON object")
         try:
