@@ -292,7 +292,11 @@ def _read_round(
     deadline passed."""
     ranks = {name: rank for rank, name in names.items()}
     members = [m for g in step.groups for m in g]
-    deadline = time.monotonic() + deadline_s + MARGIN_S
+    posted = time.monotonic()
+    deadline = posted + deadline_s + MARGIN_S
+    # by then every member that took its place has answered, and its partners stopped waiting
+    # for one that did not: the margin is for results on their way, not for places never taken
+    answered_by = posted + deadline_s + grouptest.GRACE_S
     results: dict[str, MemberResult] = {}
     refused: dict[str, str] = {}
     took: set[str] = set()
@@ -308,7 +312,8 @@ def _read_round(
                 if result is not None or name in refused:
                     took.add(name)
         left = [n for n in members if n not in results]
-        if not left or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if not left or now >= deadline or (now >= answered_by and not took & set(left)):
             break
         unset = [keys.result(step.number, ranks[n]) for n in left if n not in refused]
         _wait(store, unset[:1], 0.5)
