@@ -192,12 +192,33 @@ def check(
                     code=3)  # fmt: skip
     if not json_out:
         stdout.print(f"Report: {path}")
+    differs = cluster_verdict_line(report.exit_code, code)
+    if differs:  # JSON's stdout is the document alone
+        (stderr if json_out else stdout).print(differs)
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that
     # share one --out folder keep their pages apart
     # a follower shows its local rank 0's report, whose page that process writes
     if me is None or me.leader or path.stem.endswith(f"-rank{me.rank}"):
         write_page(document, page_path(html, no_html, path.with_suffix(".html")), json_out=json_out)
     raise typer.Exit(code)  # the cluster's verdict: every process of the job exits with it
+
+
+# what each exit code the cluster's verdict can carry says (cli.EXIT_CODES)
+_EXIT_WORDS = {0: "healthy", 1: "problems found", 3: "the run could not complete"}
+
+
+def cluster_verdict_line(own: int, cluster: int) -> str | None:
+    """A node that exits with the cluster's verdict where its own report says otherwise says so
+    under that report: it shows this node alone (its part may have gone well), while the master's
+    check-cluster.json holds what the other nodes and the isolation rounds found."""
+    if own == cluster:
+        return None
+    mark = "✓" if cluster == 0 else "✗"
+    return (
+        f"{mark} The cluster's verdict: {_EXIT_WORDS.get(cluster, 'unknown')} (exit {cluster}); "
+        f"this node's own report above: {_EXIT_WORDS.get(own, 'unknown')}. What the cluster "
+        "found is in check-cluster.json on the master."
+    )
 
 
 def _progress(message: str | Joined, log: Path, shown: Progress) -> None:

@@ -68,5 +68,10 @@ def test_torchrun_on_six_nodes_names_the_rate_limited_node(lab, tmp_path):
         rows = [p for p in reports[f"check-node{i}"]["phases"] if p["phase"] == "isolate"]
         assert [r["status"] for r in rows if r["rank"] is None] == ["ok"], rows
     # the master's node prints the cluster's verdict; the others print their own report (their
-    # part went well) and exit with the cluster's code
+    # part went well), say under it that the cluster's verdict differs, and exit with its code
     assert f"node node{SLOW} is slow" in outputs[0], outputs[0][-3000:]
+    quiet = [i for i in range(1, NODES) if reports[f"check-node{i}"]["exit_code"] == 0]
+    assert quiet  # the innocent nodes' own reports found nothing of their own
+    said = "✗ The cluster's verdict: problems found (exit 1); this node's own report"
+    for i in quiet:
+        assert said in " ".join(outputs[i].split()), outputs[i][-3000:]
