@@ -1,7 +1,8 @@
 """Raw TCP throughput between a node and the master: what the wire gives without any library.
 
-The report divides the largest allreduce's bus bandwidth by this, so the user sees which
-fraction of the wire the collectives reach. Both loops are bounded in time.
+The report holds the largest allreduce's bus bandwidth against this, so the user sees which
+fraction of the wire the collectives reach; a probe that measured less than the busbw is a lower
+bound of the link and is not compared (checks/linkrates.py). Both loops are bounded in time.
 
 Each loop runs in a process of its own (:func:`run_isolated`, ``python -m
 nccldoctor.cluster.agent.tcpprobe source|sink SECONDS`` on the connection as stdin): the agent imports
