@@ -67,6 +67,16 @@ def load(
     return data, None
 
 
+def json_object(line: str | bytes) -> dict[str, Any] | None:
+    """The JSON object one line of another process holds, or None (not JSON, nested past the
+    parser's recursion, or JSON of another shape): its record's reader checks the fields."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def as_list(value: Any) -> list[Any]:
     """A list a document holds, or none."""
     return value if isinstance(value, list) else []

@@ -25,7 +25,7 @@ from typing import Any
 
 from nccldoctor.facts.ranks import RankOutcome, RankResult
 from nccldoctor.facts.serde import from_dict
-from nccldoctor.jsondoc import parse
+from nccldoctor.jsondoc import json_object, parse
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,8 @@ class WorkerEvent:
     @classmethod
     def from_line(cls, line: bytes | str) -> WorkerEvent | None:
         """The event ``line`` holds, or None when it holds none (garbled, cut, not the worker's)."""
-        try:
-            data = json.loads(line)
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(data, dict):
+        data = json_object(line)
+        if data is None:
             return None
         t, rank, phase = data.get("t"), data.get("rank"), data.get("phase")
         status, detail = data.get("status"), data.get("detail", "")

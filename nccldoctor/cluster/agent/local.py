@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from nccldoctor.facts.serde import from_dict
+from nccldoctor.jsondoc import json_object
 
 # SO_PEERCRED's struct ucred: pid, uid, gid
 _UCRED = struct.Struct("3i")
@@ -91,11 +92,8 @@ def encode(message: Message) -> bytes:
 def decode(line: bytes) -> Message | None:
     """The message ``line`` holds, or None when it holds none (not JSON, an unknown kind, a
     field missing, null or of the wrong type)."""
-    try:
-        data = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+    data = json_object(line)
+    if data is None or not isinstance(data.get("kind"), str):
         return None
     kind = KINDS.get(data.pop("kind"))
     if kind is None:

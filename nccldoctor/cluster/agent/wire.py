@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from nccldoctor.facts.serde import from_dict
+from nccldoctor.jsondoc import json_object
 
 MAX_LINE = 16 * 1024  # a hello is ~200 bytes; a note quotes one error, cut to NOTE_CHARS
 NAME_CHARS = 255  # a host name's limit
@@ -48,11 +49,8 @@ class Request:
     def from_line(cls, line: bytes) -> Request | None:
         """The request ``line`` holds; None for anything but a JSON object (garbage, nesting
         too deep)."""
-        try:
-            data = json.loads(line)
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(data, dict):
+        data = json_object(line)
+        if data is None:
             return None
         op, token, port = data.get("op"), data.get("token"), data.get("port")
         return cls(
