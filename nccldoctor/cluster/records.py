@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import RankOutcome, RankResult
-from nccldoctor.facts.serde import from_dict
+from nccldoctor.facts.serde import from_dict, to_dict
 from nccldoctor.jsondoc import json_object, parse
 
 
@@ -157,7 +158,9 @@ class Hello:
 
 @dataclass
 class NodeEntry:
-    """One node as it joined; ``facts`` is the serialised NodeFacts."""
+    """One node as it joined, with its Facts: the node writes it to the store
+    (:meth:`to_json`), the master reads it back with every field checked
+    (``cluster/diagnosis/peer.py`` node_entry)."""
 
     slot: int
     name: str
@@ -167,7 +170,10 @@ class NodeEntry:
     cuda: bool = False
     requested_rank: int | None = None
     skew_s: float = 0.0
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: NodeFacts = field(default_factory=NodeFacts)
+
+    def to_json(self) -> str:
+        return json.dumps(to_dict(self))
 
 
 @dataclass

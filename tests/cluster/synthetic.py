@@ -16,6 +16,7 @@ from typing import Any
 
 from nccldoctor.cluster.diagnosis import merge
 from nccldoctor.cluster.records import Hello, NodeEntry, World, WorldNode
+from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.report import Report
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "check-gloo-1node.json"
@@ -61,7 +62,9 @@ def synthetic_run(nodes: int, procs: int = 2, hang_rank: int | None = None) -> S
     world = World("5ca1ab1e0000", "gloo", world_nodes, nodes)
     docs = [_node_doc(template, node, world, hang_rank) for node in world_nodes]
     entries = [
-        NodeEntry(n.slot, n.name, n.address, n.seen, procs, False, None, 0.0, doc["nodes"][0])
+        NodeEntry(
+            n.slot, n.name, n.address, n.seen, procs, facts=from_dict(NodeFacts, doc["nodes"][0])
+        )
         for n, doc in zip(world_nodes, docs, strict=True)
     ]
     hellos = [Hello(n.name, n.address, n.seen, True) for n in world_nodes[1:]]

@@ -17,6 +17,7 @@ from nccldoctor.cluster.agent import gather, rendezvous
 from nccldoctor.cluster.diagnosis import merge, peer
 from nccldoctor.cluster.diagnosis.findings import rendezvous_seen
 from nccldoctor.cluster.records import NodeEntry
+from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.world import HelloFlood, Rejected, WorldSeen
 from nccldoctor.meet import host_store
 from nccldoctor.report import Report
@@ -111,16 +112,22 @@ ENTRY = {"slot": 1, "name": "node1", "advertised": "198.18.0.2", "seen": "198.18
         ({"procs": True}, "procs is a boolean"),
         ({"skew_s": float("nan")}, "skew_s is not a finite number"),
         ({"facts": {"node": 5}}, "facts: node is an integer, not string"),
+        # what the schema leaves open and the Facts do not: a driver version that is a number
+        (
+            {"facts": {**ENTRY["facts"], "gpu": {"kernel_driver": 1}}},
+            "facts: expected str, got int",
+        ),
         ({"admin": True}, "an unknown key 'admin'"),
         ({"seen": "198.18.0.2\x1b[2J"}, "its seen address is not an address"),
     ],
 )
 def test_a_node_entry_that_is_not_one_is_refused_with_why(change, why):
-    assert peer.node_entry(json.dumps(ENTRY), 1) == (NodeEntry(**ENTRY), "")
+    facts = from_dict(NodeFacts, ENTRY["facts"])
+    assert peer.node_entry(json.dumps(ENTRY), 1) == (NodeEntry(**{**ENTRY, "facts": facts}), "")
     assert peer.node_entry(json.dumps({**ENTRY, **change}), 1) == (None, why)
 
 
-NODE0 = NodeEntry(slot=0, name="node0", facts={"node": "node0"})
+NODE0 = NodeEntry(slot=0, name="node0", facts=NodeFacts("node0"))
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from nccldoctor.cluster.diagnosis.verdict import (
 )
 from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.cluster.timeouts import MIN_TCP_TURN, Timeouts, timeouts_from
+from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.report.answer import answer
 from nccldoctor.report.load import report_from_document
@@ -115,8 +116,7 @@ class _SlowStore:
 
     def __init__(self, count: int, written: set[int]) -> None:
         self.count = count
-        self.data = {f"nccldoctor/r/node/{s}": json.dumps(asdict(NodeEntry(s, f"node{s}",
-                                                                           facts={"node": f"node{s}"})))
+        self.data = {f"nccldoctor/r/node/{s}": NodeEntry(s, f"node{s}", facts=NodeFacts(f"node{s}")).to_json()
                      for s in written}  # fmt: skip
 
     def add(self, key: str, value: int) -> int:

@@ -16,10 +16,9 @@ versioned so that a bad one written in a node's name cannot hide the node's own.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -94,7 +93,7 @@ def publish_entry(store: Any, keys: Keys, entry: NodeEntry) -> int:
     """Take a slot (the master's is 0) and write this node's entry; the slot."""
     if entry.slot != 0:
         entry.slot = int(store.add(keys.count, 1))
-    store.set(keys.node(entry.slot), json.dumps(asdict(entry)))
+    store.set(keys.node(entry.slot), entry.to_json())
     return entry.slot
 
 

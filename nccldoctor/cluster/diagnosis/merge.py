@@ -16,6 +16,7 @@ where and whose are missing (docs/report.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from checks.world import lost_sentence
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
 from nccldoctor.cluster.records import Hello, NodeEntry, World
-from nccldoctor.facts import NodeFacts, from_dict
+from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import outcomes
 from nccldoctor.facts.world import HelloFlood, LostNode, MergedFrom, Rejected, WorldSeen, stalls
 from nccldoctor.model import AreaState, Finding
@@ -141,8 +142,7 @@ def merge_reports(
         for entry in sorted(gathered.entries, key=lambda e: e.slot):
             name = named.get(entry.slot, entry.name)  # the world's name: unique
             if name not in nodes:  # a node lost after it joined
-                nodes[name] = from_dict(NodeFacts, entry.facts)
-                nodes[name].node = name
+                nodes[name] = dataclasses.replace(entry.facts, node=name)
         wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
 
     ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from nccldoctor.cluster.records import NodeEntry
+from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.report import Report
 from nccldoctor.report.load import ReportError, report_from_document
 
@@ -97,7 +98,11 @@ def node_entry(raw: bytes | str, slot: int) -> tuple[NodeEntry | None, str]:
     why = schema_error(data.get("facts", {}), _schema()["$defs"]["node_facts"])
     if why:
         return None, f"facts: {why}"
-    return NodeEntry(**data), ""
+    try:  # what the schema leaves open (a null where the Facts hold a value) is no Facts
+        facts = from_dict(NodeFacts, data.get("facts", {}), strict=True)
+    except (TypeError, ValueError) as exc:
+        return None, f"facts: {str(exc)[:200]}"
+    return NodeEntry(**{**data, "facts": facts}), ""
 
 
 def claimed_name(raw: bytes | str) -> str:

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 
 from checks.linkrates import EXPECTED, node_links
 from nccldoctor.cluster.records import NodeEntry
-from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.units import format_GBps
 
 
@@ -25,11 +24,7 @@ def link_budgets(
     for entry in entries:
         if entry.slot not in names:
             continue
-        try:
-            facts = from_dict(NodeFacts, entry.facts)
-        except Exception:  # an entry's facts are a peer's: what does not read is no budget
-            continue
-        links[names[entry.slot]] = node_links(facts, None)
+        links[names[entry.slot]] = node_links(entry.facts, None)
     transport = (
         "IB" if any(k.kind in ("ib", "roce") for n in links.values() for k in n.links) else "Socket"
     )

@@ -8,7 +8,7 @@ import time
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
 from nccldoctor.cluster.records import NodeEntry
-from nccldoctor.facts import to_dict
+from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.run import HelloReply
 
 
@@ -26,7 +26,7 @@ def run(state: AgentState) -> PhaseEnd:
         cuda=run.cuda,
         requested_rank=0 if run.is_master else c.node_rank,
         skew_s=hello.skew_s,
-        facts=to_dict(run.facts),
+        facts=run.facts or NodeFacts(run.node),
     )
     if not run.is_master:
         state.store = rendezvous.connect_store(
