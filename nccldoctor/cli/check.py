@@ -192,7 +192,7 @@ def check(
                     code=3)  # fmt: skip
     if not json_out:
         stdout.print(f"Report: {path}")
-    differs = cluster_verdict_line(report.exit_code, code)
+    differs = cluster_verdict_line(report.own_exit_code, code)
     if differs:  # JSON's stdout is the document alone
         (stderr if json_out else stdout).print(differs)
     # the master's page is the cluster's, a node's its own; named after the JSON, so nodes that

@@ -28,6 +28,9 @@ EXIT_OK = 0  # healthy
 EXIT_FAIL = 1  # a finding failed
 EXIT_USAGE = 2  # the command line was wrong
 EXIT_INCOMPLETE = 3  # the run itself could not complete
+# What decided a document's exit_code: its own findings and ``completed``, or the cluster's
+# verdict, which every node of a `check` exits with once it hears it from the master.
+EXIT_BY_FINDINGS, EXIT_BY_CLUSTER = "findings", "cluster"
 
 SUMMARY_KEYS = ("links", "headline", "consistency")  # built by with_summaries, for the views
 # What the loader could not read in a document (load.upgrade); it travels in ``extra`` so a
@@ -51,6 +54,9 @@ class Report:
     # area -> what its status line stands for where it did not pass (model.AreaState)
     area_state: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # kind-specific sections (nccl, phases...)
+    # The master's verdict, which a node of a cluster check exits with: None where this report's
+    # own findings decide (a node that never heard it, the master's cluster report, any other kind)
+    cluster_exit_code: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -61,10 +67,20 @@ class Report:
         )
 
     @property
-    def exit_code(self) -> int:
+    def own_exit_code(self) -> int:
+        """The exit code this report's own findings and ``completed`` give."""
         if not self.completed:
             return EXIT_INCOMPLETE
         return EXIT_FAIL if worst(self.findings) is Severity.FAIL else EXIT_OK
+
+    @property
+    def exit_code(self) -> int:
+        """The exit code the run ends with: the cluster's verdict where it decides."""
+        return self.own_exit_code if self.cluster_exit_code is None else self.cluster_exit_code
+
+    @property
+    def exit_decided_by(self) -> str:
+        return EXIT_BY_FINDINGS if self.cluster_exit_code is None else EXIT_BY_CLUSTER
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document with secrets redacted: what every view renders."""
@@ -77,6 +93,7 @@ class Report:
             "command": self.command,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "exit_decided_by": self.exit_decided_by,
             "completed": self.completed,
             "area_status": self.area_status,
             **({"area_state": self.area_state} if self.area_state else {}),
@@ -99,6 +116,7 @@ class Report:
             "command",
             "verdict",
             "exit_code",
+            "exit_decided_by",
             "completed",
             "area_status",
             "area_state",
@@ -124,6 +142,7 @@ class Report:
             area_status=dict(data.get("area_status", {})),
             area_state=dict(data.get("area_state", {})),
             extra={k: v for k, v in data.items() if k not in core},
+            cluster_exit_code=_cluster_exit_code(data),
         )
 
 
@@ -154,15 +173,27 @@ def document_verdict(document: dict[str, Any]) -> str:
 
 def document_exit_code(document: dict[str, Any]) -> int:
     """The exit code a document's ``completed`` and findings give, as :attr:`Report.exit_code`
-    does; never its ``exit_code`` field, which a stranger's file may state against its findings
-    (300k failing findings under exit_code 0 once exited 0)."""
+    does; its ``exit_code`` field only where the cluster's verdict decided it and adds a failure
+    to what the findings give: a stranger's file may state a code against its findings (300k
+    failing findings under exit_code 0 once exited 0), never one that hides them."""
     if document.get("completed") is False:
-        return EXIT_INCOMPLETE
-    findings = document.get("findings")
-    failed = isinstance(findings, list) and any(
-        isinstance(f, dict) and f.get("severity") == Severity.FAIL.value for f in findings
-    )
-    return EXIT_FAIL if failed else EXIT_OK
+        own = EXIT_INCOMPLETE
+    else:
+        findings = document.get("findings")
+        failed = isinstance(findings, list) and any(
+            isinstance(f, dict) and f.get("severity") == Severity.FAIL.value for f in findings
+        )
+        own = EXIT_FAIL if failed else EXIT_OK
+    cluster = _cluster_exit_code(document)
+    return cluster if own == EXIT_OK and cluster is not None else own
+
+
+def _cluster_exit_code(document: dict[str, Any]) -> int | None:
+    """The cluster's verdict a node's document exits with, None where its findings decide."""
+    code = document.get("exit_code")
+    if document.get("exit_decided_by") != EXIT_BY_CLUSTER or type(code) is not int:
+        return None
+    return code if code in (EXIT_OK, EXIT_FAIL, EXIT_INCOMPLETE) else None
 
 
 def with_summaries(

@@ -67,10 +67,14 @@ def test_torchrun_on_six_nodes_names_the_rate_limited_node(lab, tmp_path):
     for i in range(NODES):
         rows = [p for p in reports[f"check-node{i}"]["phases"] if p["phase"] == "isolate"]
         assert [r["status"] for r in rows if r["rank"] is None] == ["ok"], rows
+    # every node's JSON says the code its process exited with, and that the cluster decided it
+    for i, proc in enumerate(procs):
+        node = reports[f"check-node{i}"]
+        assert (node["exit_code"], node["exit_decided_by"]) == (proc.returncode, "cluster")
     # the master's node prints the cluster's verdict; the others print their own report (their
     # part went well), say under it that the cluster's verdict differs, and exit with its code
     assert f"node node{SLOW} is slow" in outputs[0], outputs[0][-3000:]
-    quiet = [i for i in range(1, NODES) if reports[f"check-node{i}"]["exit_code"] == 0]
+    quiet = [i for i in range(1, NODES) if reports[f"check-node{i}"]["verdict"] != "problems"]
     assert quiet  # the innocent nodes' own reports found nothing of their own
     said = "✗ The cluster's verdict: problems found (exit 1); this node's own report"
     for i in quiet:

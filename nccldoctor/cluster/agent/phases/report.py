@@ -35,6 +35,7 @@ def run(state: AgentState) -> tuple[Report, Path]:
             if not interrupted:  # the master's exit barrier and merge, then a margin
                 wait = config.timeouts.exit_barrier + VERDICT_MARGIN_S
                 state.verdict = gather.await_verdict(store, state.keys, wait)
+                _exits_with(state.verdict, report, path, state.progress)
         return report, path
     if store is not None and state.isolation is None:  # no node waits for rounds that never come
         rounds.close_plan(store, rounds.IsoKeys(state.keys.prefix), run.aborted or "no rounds")
@@ -45,12 +46,25 @@ def run(state: AgentState) -> tuple[Report, Path]:
     )  # fmt: skip
     cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
     state.verdict = cluster.exit_code
+    _exits_with(state.verdict, report, path, state.progress)
     if store is not None:
         # interrupted (scancel, a launcher's SIGTERM): its kill follows, and this node's own
         # other processes wait for the verdict from this process: no lingering for readers
         linger = 0.0 if interrupted else gather.VERDICT_LINGER_S
         gather.announce_verdict(store, state.keys, cluster.exit_code, linger)
     return cluster, cluster_path
+
+
+def _exits_with(
+    verdict: int | None, report: Report, path: Path, progress: Callable[[str], None]
+) -> None:
+    """The node's report, written again with the cluster's verdict it exits with (and says so:
+    ``exit_decided_by``), so that a tool reading it never sees a success where the process
+    failed. A node that never heard the verdict exits with its own report's code, as written."""
+    if verdict is None:
+        return
+    report.cluster_exit_code = verdict
+    _write(report, path, f"node (exit {verdict}: the cluster's verdict)", progress)
 
 
 def _write(report: Report, path: Path, what: str, progress: Callable[[str], None]) -> Path:
