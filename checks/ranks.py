@@ -3,7 +3,10 @@
 The subject is a :class:`~nccldoctor.facts.ranks.RanksSeen`: the ranks that stopped, in the order
 of causes (``forensics/behind.py``). The rank that stopped first is the cause: it fails; every
 other rank that stopped is a consequence and warns ("rank 0 waited in barrier"), unless lost
-nodes explain every rank's end, when all of them are consequences. Wrong sums and diverging DDP replicas fail on their own.
+nodes explain every rank's end, when all of them are consequences. Where a cause seen before
+the workers puts nodes at fault (their ephemeral ports dropped), a rank there is the cause and a
+rank stuck elsewhere waited on them ("rank 7 waited in init_process_group on node node3"): it
+only waited, and is not called stuck itself. Wrong sums and diverging DDP replicas fail on their own.
 
 The sentences here are also the hang verdict's (``cluster/diagnosis/verdict.py``): one wording.
 """
@@ -50,10 +53,14 @@ _VERBS = {OutcomeState.CRASHED: "crashed", OutcomeState.UNKNOWN: "ended"}
 _UNKNOWN_STATE = "state: one this nccldoctor does not know (the report's own ranks entry names it)"
 
 
-def sentence(r: RankOutcome, cause: bool, detail: bool = True) -> str:
-    """What rank ``r`` did; ``detail``: with its error or last NCCL line."""
+def sentence(r: RankOutcome, cause: bool, detail: bool = True, at_fault: Sequence[str] = ()) -> str:
+    """What rank ``r`` did; ``detail``: with its error or last NCCL line; ``at_fault``: the
+    nodes a cause seen before the workers names, which a stuck rank elsewhere waited on."""
     who = f"rank {r.rank} on node {r.node}"
     phase = phase_label(r.phase_reached)
+    if waited_on(r, cause, at_fault):
+        named = f"node {at_fault[0]}" if len(at_fault) == 1 else f"nodes {', '.join(at_fault)}"
+        return f"rank {r.rank} waited in {phase} on {named}"
     if r.state is OutcomeState.STUCK:
         line = r.last_nccl_line if detail else None
         text = f"{who} never finished {phase}"
@@ -67,6 +74,11 @@ def sentence(r: RankOutcome, cause: bool, detail: bool = True) -> str:
         return f"rank {r.rank} lost its peer in {phase}" + (f" ({error})" if error else "")
     verb = _VERBS.get(r.state, "failed")
     return f"{who} {verb} in {phase}" + (f": {error}" if error else "")
+
+
+def waited_on(r: RankOutcome, cause: bool, at_fault: Sequence[str]) -> bool:
+    """A stuck rank, not the cause, on a node the cause does not name: it waited on them."""
+    return bool(at_fault) and not cause and r.state is OutcomeState.STUCK and r.node not in at_fault
 
 
 def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
@@ -85,12 +97,13 @@ def _stopped(seen: RanksSeen, stuck: bool) -> list[Problem]:
         evidence += [f"main thread stopped at: {frame.describe()}"] if frame else []
         evidence += [f"last NCCL line: {line}" for line in r.last_nccl_lines[-2:]]
         evidence.append(f"log: {r.log_path}")
+        waited = waited_on(r, i == first, seen.at_fault)
         problems.append(
             Problem(
                 Severity.FAIL if i == first else Severity.WARN,
-                sentence(r, i == first),
+                sentence(r, i == first, at_fault=seen.at_fault),
                 evidence,
-                _FIXES.get(category, _FIXES["other"]),
+                _FIXES["waited"] if waited else _FIXES.get(category, _FIXES["other"]),
                 node=r.node,
                 rank=r.rank,
                 category=category,
@@ -156,6 +169,10 @@ _FIXES = {
         "blocked port or a wrong interface (see the network findings)."
     ),
     "remote_peer_closed": "A peer died first: read the first failing rank's error above.",
+    "waited": (
+        "Nothing to fix on this node: it waited on the node at fault; the finding that names\n"
+        "that node (its ephemeral ports, its interface) says what to fix there."
+    ),
     "interface_selection": (
         "Set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME to the interface that routes to the\n"
         "master on every node (see the reach findings), e.g. export NCCL_SOCKET_IFNAME==eth0"

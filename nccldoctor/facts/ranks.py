@@ -252,6 +252,9 @@ class RanksSeen:
     # Sentences naming nodes that stopped reporting; when they explain every rank's end, every
     # rank is a consequence.
     lost: Sequence[str] = ()
+    # The nodes a cause seen before the workers puts at fault (their ephemeral ports dropped):
+    # a rank there comes first, a rank stuck elsewhere waited on them.
+    at_fault: Sequence[str] = ()
 
 
 def _text(value: Any) -> str | None:

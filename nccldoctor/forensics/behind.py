@@ -1,16 +1,17 @@
 """Which rank is behind: the order of causes among ranks that stopped, for check and watch alike.
 
 The rank that stopped first is the cause; the others stopped because of it. Evidence decides in
-this order: a rank the agent's watchdog had to stop, the earliest phase reached, the fewest collectives
-issued (Flight Recorder, only when every rank's count is known), a main thread outside
-torch.distributed before one waiting inside a collective (that one waits for a peer), then
-the earliest end.
+this order: a rank on a node that a cause seen before the workers puts at fault (``check``: its
+ephemeral ports dropped), a rank the agent's watchdog had to stop, the earliest phase reached,
+the fewest collectives issued (Flight Recorder, only when every rank's count is known), a main
+thread outside torch.distributed before one waiting inside a collective (that one waits for a
+peer), then the earliest end.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -24,6 +25,7 @@ T = TypeVar("T")
 class Position:
     """How far one rank got, as its evidence shows."""
 
+    at_fault: bool = False  # on a node a cause seen before the workers names
     stuck: bool = False  # the agent's watchdog had to stop it
     phase: int = 0  # the index of the phase it reached (-1: it never started one)
     last_seq: int | None = None  # its last collective's sequence number (Flight Recorder)
@@ -53,7 +55,8 @@ def _keys(
 
     def key(item: T) -> tuple:
         p = position(item)
-        progress = (not p.stuck, p.phase, p.last_seq if counted else 0, p.in_collective)
+        progress = (not p.at_fault, not p.stuck, p.phase, p.last_seq if counted else 0,
+                    p.in_collective)  # fmt: skip
         return (*progress, p.ended_at, p.rank) if with_end else progress
 
     return key
@@ -71,12 +74,15 @@ def _inside_collective(stacks: str | None) -> bool:
     return in_collective(main_thread_frames(stacks or ""))
 
 
-def culprits(ranks: Sequence[RankOutcome], phases: Sequence[str]) -> list[RankOutcome]:
+def culprits(
+    ranks: Sequence[RankOutcome], phases: Sequence[str], at_fault: Collection[str] = ()
+) -> list[RankOutcome]:
     """The ranks of a `check` run that did not end well, cause first; ``phases``: the worker
-    phases in order."""
+    phases in order; ``at_fault``: the nodes a cause seen before the workers names."""
 
     def position(r: RankOutcome) -> Position:
         return Position(
+            at_fault=r.node in at_fault,
             stuck=r.state is OutcomeState.STUCK,
             phase=phases.index(r.phase_reached) if r.phase_reached in phases else -1,
             in_collective=_inside_collective(r.stacks),

@@ -66,3 +66,38 @@ def test_cross_node_checks_replace_the_inputs_and_run_over_every_node() -> None:
     merged = merge.merge_reports([(None, Report.from_dict(d)) for d in docs])
     judged = [f for f in merged.findings if f.id == "cluster.torch-version-differs"]
     assert [f.title for f in judged] == ["torch version differs between nodes (2 values)"]
+
+
+def test_a_rank_stuck_waiting_on_the_node_whose_ports_drop_waited_and_is_not_the_cause() -> None:
+    """`srun -N8` with node3 dropping new connections to its ephemeral ports (the lab's
+    rendezvous_only_firewall): ranks 3-7 never finished gloo's init, each stopped by its own
+    deadline, rank 4 first; ranks 0-2 finished it and lost a peer in the barrier. node3's port
+    probe says the master's dial-back to it was dropped. Rank 4 (innocent node4) got the
+    run.rank-stuck FAIL for ending first; node3's rank is the cause, the others waited on it."""
+    run = synthetic_run(8, procs=1)
+    ended = {4: 112.9, 7: 114.1, 6: 116.1, 5: 117.9, 3: 120.2}  # as the lab run's ranks ended
+    for i, doc in enumerate(run.documents()):
+        (rank,) = doc["ranks"]
+        if i in ended:
+            deadline = "init: timed out after 8 s (worker deadline)"
+            rank.update(phase_reached="init", state="stuck", exit_code=3, error=deadline,
+                        stuck=deadline, ended_at=1796437000 + ended[i])  # fmt: skip
+        else:
+            rank.update(phase_reached="barrier", state="failed", exit_code=3,
+                        ended_at=1796437114.1, error="barrier: RuntimeError: [pair.cc:553] "
+                        "Connection closed by peer [198.18.0.8]:6341.")  # fmt: skip
+        doc["run"]["port_probe"] = {"to_master_ok": True, "from_master_ok": i != 3}
+    merged = run.merge()
+    stopped = {f.rank: f for f in merged.findings if f.id in verdict.STOPPED}
+    assert [r for r, f in stopped.items() if f.severity is Severity.FAIL] == [3]
+    assert stopped[3].title == "rank 3 on node node3 never finished init_process_group"
+    for rank in (4, 5, 6, 7):
+        assert stopped[rank].severity is Severity.WARN
+        assert stopped[rank].title == f"rank {rank} waited in init_process_group on node node3"
+        assert stopped[rank].node == f"node{rank}" and "waited on the node" in stopped[rank].fix
+    sentences = merged.extra["hang"]["verdict"].split(": ", 1)[1].split("; ")
+    assert sentences[:2] == [
+        "rank 3 on node node3 never finished init_process_group",
+        "ranks 4-7 waited in init_process_group on node node3",
+    ], sentences
+    assert merged.extra["hang"]["verdict"].startswith("connections to ephemeral ports on node node3")

@@ -29,6 +29,13 @@ class Cause:
     findings: list[Finding] = field(default_factory=list)  # the rule's findings it rests on
     check: str = ""  # the finding (check id) the sentence rests on
     category: str = ""
+    # The nodes it puts at fault: a stopped rank there is the cause, a rank stuck on another
+    # node only waited on them (verdict.hang_section, checks/ranks.py)
+    nodes: tuple[str, ...] = ()
+
+
+def at_fault(cause: Cause | None) -> tuple[str, ...]:
+    return cause.nodes if cause else ()
 
 
 def judge(
@@ -72,6 +79,7 @@ def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[RankOutcome]) -> Caus
             "(cluster.advertised-address-shared)",
             check="cluster.advertised-address-shared",
             category="docker_network",
+            nodes=tuple(nodes),
         )
     for f in facts:
         for rule, check_id in ((bridge_network, "container.bridge-network"),
@@ -84,6 +92,7 @@ def docker_nat(facts: Sequence[NodeFacts], ranks: Sequence[RankOutcome]) -> Caus
                     f"Docker NAT{seen}: the other nodes' ranks cannot connect back ({check_id})",
                     check=check_id,
                     category="docker_network",
+                    nodes=(f.node,),
                 )
     return None
 
@@ -97,6 +106,7 @@ def interface_missing(facts: Sequence[NodeFacts]) -> Cause | None:
                 f"on node {f.node}, {problem.title} (socket.ifname-missing)",
                 check="socket.ifname-missing",
                 category="interface_selection",
+                nodes=(f.node,),
             )
     return None
 
@@ -136,6 +146,7 @@ def ports_blocked(
         "rendezvous ports pass (run.ephemeral-port-blocked), so the workers' own connections hung",
         check="run.ephemeral-port-blocked",
         category="firewall_or_port",
+        nodes=tuple(side for side in dict.fromkeys(sides) if side in ranges),
     )
 
 

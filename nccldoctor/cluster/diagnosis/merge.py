@@ -186,13 +186,13 @@ def merge_reports(
         master = (first.extra.get("run") or {}).get("node")
         cause = causes.judge(facts, ended, probes, found, master=master)
         hang = verdict.hang_section(ended, lost_sentences, *causes.verdict_args(cause),
-                                    lost_of=NODE_LOST)  # fmt: skip
+                                    lost_of=NODE_LOST, at_fault=causes.at_fault(cause))  # fmt: skip
         if ended:
             area_status["run"] = f"{sum(r.ok for r in ended)}/{len(ended)} ranks ok"
             area_state.pop("run", None)  # the ranks' ends are judged: the findings mark it
         judged += [
             *(cause.findings if cause else []),
-            *verdict.rank_findings(ended, lost_sentences),
+            *verdict.rank_findings(ended, lost_sentences, causes.at_fault(cause)),
         ]
     elif hang is not None:
         hang = {**hang, "stuck": list(stuck.values())}

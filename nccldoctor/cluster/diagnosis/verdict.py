@@ -28,23 +28,25 @@ def hang_section(
     cause: str | None = None,
     cause_of: dict[str, str] | None = None,
     lost_of: dict[str, str] | None = None,
+    at_fault: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The report's ``hang`` section (docs/report.md): null when every rank ended well and no node was lost.
     ``cause`` (see ``causes``), when the network explains the stop, leads the verdict;
     ``cause_of`` ({"check", "category"}) names the finding it rests on, ``lost_of`` the one
-    behind the ``lost`` sentences, when a lost node explains every rank's end."""
-    ordered = culprits(ranks, WORKER_PHASES)
+    behind the ``lost`` sentences, when a lost node explains every rank's end; ``at_fault``:
+    the nodes the cause names (a rank there first, one stuck elsewhere waited on them)."""
+    ordered = culprits(ranks, WORKER_PHASES, at_fault)
     if not ordered and not lost:
         return None
     rests_on = cause_of if cause else None
     if lost_is_cause(ordered, lost):
-        sentences = [*lost, *_consequences(ordered)]
+        sentences = [*lost, *_consequences(ordered, at_fault)]
         if not cause and lost_of:  # a dead node explains its peers' errors
             sentences[0] = f"{sentences[0]} ({lost_of['check']})"
             rests_on = lost_of
     else:
         sentences = [sentence(r, True) for r in ordered[:1]]
-        sentences += _consequences(ordered[1:]) + list(lost)
+        sentences += _consequences(ordered[1:], at_fault) + list(lost)
     if cause:
         sentences[0] = f"{cause}: {sentences[0]}"
     return {
@@ -64,17 +66,17 @@ def hang_section(
     }
 
 
-def _consequences(ranks: Sequence[RankOutcome]) -> list[str]:
+def _consequences(ranks: Sequence[RankOutcome], at_fault: Sequence[str] = ()) -> list[str]:
     """The other ranks' sentences, ranks that did the same together ("ranks 0-9, 12 waited in
     barrier"; the error only when the group shares it: gloo's name each rank's peer address), at
     most ``VERDICT_GROUPS`` of them: at any scale the verdict stays a line; the findings still
     list every rank with its own error."""
     groups: dict[str, list[RankOutcome]] = {}
     for r in ranks:
-        groups.setdefault(_predicate(r, detail=False), []).append(r)
+        groups.setdefault(_predicate(r, False, at_fault), []).append(r)
     sentences = []
     for predicate, members in groups.items():
-        detailed = {_predicate(r, detail=True) for r in members}
+        detailed = {_predicate(r, True, at_fault) for r in members}
         text = detailed.pop() if len(detailed) == 1 else predicate
         text = text.replace(" its ", " their ", 1) if members[1:] else text
         sentences.append(rank_label([r.rank for r in members]) + text)
@@ -99,27 +101,30 @@ def rank_label(ranks: Sequence[int]) -> str:
     )
 
 
-def _predicate(r: RankOutcome, detail: bool) -> str:
+def _predicate(r: RankOutcome, detail: bool, at_fault: Sequence[str]) -> str:
     """A consequence's sentence without its leading "rank N"."""
-    return sentence(r, False, detail).removeprefix(f"rank {r.rank}")
+    return sentence(r, False, detail, at_fault).removeprefix(f"rank {r.rank}")
 
 
-def rank_findings(ranks: Sequence[RankOutcome], lost: Sequence[str] = ()) -> list[Finding]:
+def rank_findings(
+    ranks: Sequence[RankOutcome], lost: Sequence[str] = (), at_fault: Sequence[str] = ()
+) -> list[Finding]:
     """The ``ranks`` rules over the ranks' outcomes alone (a merge judges them anew)."""
-    return worker_findings(ranks, {}, lost)
+    return worker_findings(ranks, {}, lost, at_fault)
 
 
 def worker_findings(
     ranks: Sequence[RankOutcome],
     results: Mapping[int, RankResult],
     lost: Sequence[str] = (),
+    at_fault: Sequence[str] = (),
 ) -> list[Finding]:
     """Every ``ranks`` rule over one run's ranks and their results (wrong sums, replicas), the
     stopped ranks in cause order (the cause first, as the verdict names them): the rules run
     in id order (run.rank-failed before run.rank-stuck), each over the ranks ordered once."""
-    stopped = culprits(ranks, WORKER_PHASES)
+    stopped = culprits(ranks, WORKER_PHASES, at_fault)
     order = {r.rank: i for i, r in enumerate(stopped)}
-    findings = run_checks("ranks", RanksSeen(stopped, results, lost))
+    findings = run_checks("ranks", RanksSeen(stopped, results, lost, at_fault))
     return sorted(findings, key=lambda f: order.get(f.rank, len(order)) if f.id in STOPPED else -1)
 
 
