@@ -100,4 +100,6 @@ def test_a_rank_stuck_waiting_on_the_node_whose_ports_drop_waited_and_is_not_the
         "rank 3 on node node3 never finished init_process_group",
         "ranks 4-7 waited in init_process_group on node node3",
     ], sentences
-    assert merged.extra["hang"]["verdict"].startswith("connections to ephemeral ports on node node3")
+    assert merged.extra["hang"]["verdict"].startswith(
+        "connections to ephemeral ports on node node3"
+    )
