@@ -247,5 +247,27 @@ def merged(seen: WorldSeen) -> Problem | None:
     )
 
 
+@check("report.section-unread", area="run", category="other", scope="world")
+def section_unread(seen: WorldSeen) -> list[Problem]:
+    """A section of a node's report did not read, and the merge went on without it.
+
+    Each section the merge judges by (the phases, the ranks, the port probe, the TCP rates, the
+    world listed) is read with its types checked: a value of another type than nccldoctor
+    writes there (another version's report, an edited file, a stranger's write to the store)
+    leaves that section out, and what rests on it is judged without that node's part."""
+    return [
+        Problem(
+            Severity.WARN,
+            f"node {bad.node}'s report: its {bad.section} section was left out of the merge: "
+            f"{bad.why}",
+            [f"{bad.source or 'its report'}: {bad.section}: {bad.why}"],
+            "Run the same nccldoctor version on every node, and merge the reports as they wrote "
+            "them:\nnccldoctor report merge <every node's report.json>",
+            node=bad.node,
+        )
+        for bad in seen.unread
+    ]
+
+
 def _address(iface: Interface | None) -> str:
     return iface.ipv4[0].split("/")[0] if iface and iface.ipv4 else "<peer address>"

@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_type_hints
 
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import RankOutcome, RankResult
@@ -119,6 +119,27 @@ class PhaseRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status.value}  # the plain string, not the enum
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PhaseRow:
+        """A row as :meth:`to_dict` wrote it, in another node's report.
+
+        Raises:
+            ValueError: not such a row: not an object, a key missing, a value of another type,
+                a status this version does not know.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"not an object but {type(data).__name__}")
+        values = {}
+        for name, kind in get_type_hints(cls).items():
+            if name not in data:
+                raise ValueError(f"no {name}")
+            try:
+                values[name] = kind(data[name]) if kind is PhaseStatus else (
+                    from_dict(kind, data[name], strict=True))  # fmt: skip
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return cls(**values)
 
 
 @dataclass

@@ -62,6 +62,17 @@ class Rejected:
 
 
 @dataclass(frozen=True)
+class SectionUnread:
+    """A section of a node's report that did not read (a value of another type than this
+    version writes there): the merge went on without it (cluster/diagnosis/sections.py)."""
+
+    node: str  # the node the report speaks for
+    source: str | None  # the report's file, where known
+    section: str  # "phases", "run.port_probe"
+    why: str
+
+
+@dataclass(frozen=True)
 class Rendezvous:
     """The master's rendezvous: the store's port (its listener is the next), who joined, who
     knocked, and why the world closed short."""
@@ -132,3 +143,4 @@ class WorldSeen:
     clocks: Sequence[Clock] = ()
     lost: Sequence[LostNode] = ()
     merged: MergedFrom | None = None  # None: the master's own report
+    unread: Sequence[SectionUnread] = ()  # the nodes' report sections the merge left out

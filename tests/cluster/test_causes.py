@@ -120,7 +120,7 @@ def test_port_findings_name_the_blocking_side_the_range_and_the_rule():
 
 def test_ports_blocked_leads_the_hang_verdict():
     ranks = [rank(0, "n0", phase="init"), rank(1, "n1", phase="init")]
-    probes = {"n0": None, "n1": vars(probe(to_ok=False))}
+    probes = {"n0": None, "n1": probe(to_ok=False)}
     cause = causes.judge(NODES, ranks, probes, master="n0")
     assert cause.sentence.startswith(
         "connections to ephemeral ports on node n0 (32768-60999) are dropped while the "
@@ -128,7 +128,7 @@ def test_ports_blocked_leads_the_hang_verdict():
     )
     hang = hang_section(ranks, cause=cause.sentence)
     assert hang["verdict"].startswith(cause.sentence + ": rank 0 on node n0 failed in init")
-    assert causes.judge(NODES, ranks, {"n1": vars(probe())}) is None
+    assert causes.judge(NODES, ranks, {"n1": probe()}) is None
     healthy = [rank(0, "n0", state="ok"), rank(1, "n1", state="ok")]
     assert causes.judge(NODES, healthy, probes) is None  # nothing to explain
 

@@ -3,8 +3,11 @@ judge a cluster alike, from the same node reports."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from nccldoctor.cluster.diagnosis import merge, verdict
 from nccldoctor.facts.ranks import RankOutcome
+from nccldoctor.facts.run import PortProbe
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
 from tests.cluster.synthetic import synthetic_run
@@ -86,7 +89,10 @@ def test_a_rank_stuck_waiting_on_the_node_whose_ports_drop_waited_and_is_not_the
             rank.update(phase_reached="barrier", state="failed", exit_code=3,
                         ended_at=1796437114.1, error="barrier: RuntimeError: [pair.cc:553] "
                         "Connection closed by peer [198.18.0.8]:6341.")  # fmt: skip
-        doc["run"]["port_probe"] = {"to_master_ok": True, "from_master_ok": i != 3}
+        dropped = "" if i != 3 else "TimeoutError: timed out"
+        probe = PortProbe("198.18.0.1:41000", True, "", f"{doc['cluster']['nodes'][i]['address']}"
+                          ":52000", i != 3, dropped, 3.0)  # fmt: skip
+        doc["run"]["port_probe"] = asdict(probe)
     merged = run.merge()
     stopped = {f.rank: f for f in merged.findings if f.id in verdict.STOPPED}
     assert [r for r, f in stopped.items() if f.severity is Severity.FAIL] == [3]

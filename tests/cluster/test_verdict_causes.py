@@ -21,6 +21,7 @@ from nccldoctor.cluster.diagnosis.verdict import hang_section
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.network import Interface, Route
 from nccldoctor.facts.ranks import RankOutcome
+from nccldoctor.facts.run import PortProbe
 from nccldoctor.facts.world import WorldSeen, stalls
 
 LAN = "198.18.30"
@@ -70,15 +71,15 @@ def rank(r: int, node: str, state: str = "failed", error: str = "timed out",
          "log_path": "x", "message_sizes": sizes})  # fmt: skip
 
 
-def probe(to_ok: bool = True, from_ok: bool = True) -> dict[str, Any]:
-    return {"to_master_ok": to_ok, "from_master_ok": from_ok}
+def probe(to_ok: bool = True, from_ok: bool = True) -> PortProbe:
+    return PortProbe("198.18.0.1:41000", to_ok, "", "198.18.0.2:52000", from_ok, "", 3.0)
 
 
 @dataclass
 class Scenario:
     facts: list[NodeFacts]
     ranks: list[RankOutcome]
-    probes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    probes: dict[str | None, PortProbe | None] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # the master's sentences for lost nodes
     master_lost: bool = False  # the other nodes outlived the master
     master: tuple[str, str] | None = None  # (check, category) on the master's cluster report

@@ -8,6 +8,7 @@ import time
 
 from checks import all_checks, run_cluster_checks
 from nccldoctor.cluster.diagnosis.merge import merge_reports
+from nccldoctor.cluster.records import PhaseRow, PhaseStatus
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Finding, Severity
 from nccldoctor.report import Report
@@ -92,7 +93,7 @@ def _node_report(i: int) -> Report:
         ],
         extra={
             "phases": [
-                {"node": node, "rank": i, "phase": p, "status": "ok"} for p in ("init", "ddp")
+                PhaseRow(node, i, p, PhaseStatus.OK, 1.0).to_dict() for p in ("init", "ddp")
             ],
             "ranks": [{"rank": i, "node": node}],
             "cluster": {"nodes": [{"name": node}, {"name": f"n{i + 1}"}], "missing_nodes": []},

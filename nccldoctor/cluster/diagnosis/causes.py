@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from checks.cluster import advertised, advertised_address_shared
 from checks.container import bridge_network
@@ -18,6 +17,7 @@ from checks.master import master_nat_bridge
 from checks.network import ifname_missing
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import RankOutcome
+from nccldoctor.facts.run import PortProbe
 from nccldoctor.model import Finding
 
 MTU_STALL = "run.mtu-stall"
@@ -41,7 +41,7 @@ def at_fault(cause: Cause | None) -> tuple[str, ...]:
 def judge(
     facts: Sequence[NodeFacts],
     ranks: Sequence[RankOutcome],
-    port_probes: Mapping[str, dict[str, Any] | None],
+    port_probes: Mapping[str | None, PortProbe | None],
     found: Sequence[Finding] = (),
     master: str | None = None,
 ) -> Cause | None:
@@ -119,7 +119,7 @@ def verdict_args(cause: Cause | None) -> tuple[str | None, dict[str, str] | None
 
 
 def ports_blocked(
-    port_probes: Mapping[str, dict[str, Any] | None],
+    port_probes: Mapping[str | None, PortProbe | None],
     facts: Sequence[NodeFacts],
     master: str | None = None,
 ) -> Cause | None:
@@ -127,13 +127,13 @@ def ports_blocked(
     and NCCL's connections meet the same firewall."""
     ranges = {f.node: f.network.ip_local_port_range for f in facts}
     sides = []
-    for node, probe in sorted(port_probes.items()):
-        if not probe:
+    for node, probe in sorted(port_probes.items(), key=lambda item: str(item[0])):
+        if probe is None:
             continue
-        if probe.get("to_master_ok") is False:
+        if probe.to_master_ok is False:
             sides.append(master or "the master")
-        if probe.get("from_master_ok") is False:
-            sides.append(node)
+        if probe.from_master_ok is False:
+            sides.append(node or "a node")
     if not sides:
         return None
     named = []

@@ -26,9 +26,16 @@ from checks.linkrates import link_budget
 from checks.world import lost_sentence
 from nccldoctor.cluster.diagnosis import causes, verdict
 from nccldoctor.cluster.diagnosis.findings import clocks, rendezvous_seen
-from nccldoctor.cluster.records import Hello, NodeEntry, World
-from nccldoctor.facts import NodeFacts
-from nccldoctor.facts.ranks import outcomes
+from nccldoctor.cluster.diagnosis.sections import (
+    Listed,
+    ListedNode,
+    RankRow,
+    StuckRow,
+    read_sections,
+)
+from nccldoctor.cluster.records import Hello, NodeEntry, PhaseRow, World
+from nccldoctor.facts import NodeFacts, to_dict
+from nccldoctor.facts.run import PortProbe
 from nccldoctor.facts.world import HelloFlood, LostNode, MergedFrom, Rejected, WorldSeen, stalls
 from nccldoctor.model import AreaState, Finding
 from nccldoctor.report import Report
@@ -53,31 +60,31 @@ class Gathered:
     rejected: Sequence[Rejected] = ()  # what was written to the store in a node's place
 
 
+def listed_world(master: str, world: World | None, report_paths: Mapping[int, str]) -> Listed:
+    """The world ``world`` lists, as a report's ``cluster`` section holds it."""
+    if world is None:
+        return Listed(master=master, world_size=0)
+    nodes = [
+        ListedNode(
+            name=n.name,
+            node_rank=n.node_rank,
+            address=n.address,
+            advertised_address=n.address,
+            seen_address=n.seen,
+            ranks=list(range(n.rank_offset, n.rank_offset + n.procs)),
+            report_path=report_paths.get(n.node_rank),
+        )
+        for n in world.nodes
+    ]
+    return Listed(master, world.world_size, world.backend, nodes, list(world.missing))
+
+
 def cluster_section(
     master: str, world: World | None, report_paths: Mapping[int, str]
 ) -> dict[str, Any]:
-    """The report's ``cluster`` section (docs/report.md)."""
-    if world is None:
-        return {"master": master, "world_size": 0, "nodes": [], "missing_nodes": []}
-    nodes = [
-        {
-            "name": n.name,
-            "node_rank": n.node_rank,
-            "address": n.address,
-            "advertised_address": n.address,
-            "seen_address": n.seen,
-            "ranks": list(range(n.rank_offset, n.rank_offset + n.procs)),
-            "report_path": report_paths.get(n.node_rank),
-        }
-        for n in world.nodes
-    ]
-    return {
-        "master": master,
-        "world_size": world.world_size,
-        "backend": world.backend,
-        "nodes": nodes,
-        "missing_nodes": list(world.missing),
-    }
+    """The report's ``cluster`` section (docs/report.md); no backend where no world was."""
+    section = to_dict(listed_world(master, world, report_paths))
+    return section if world else {k: v for k, v in section.items() if k != "backend"}
 
 
 def merge_reports(
@@ -86,29 +93,33 @@ def merge_reports(
     """The cluster report from ``(report path, node report)`` pairs, in the given order."""
     if not reports:
         raise ValueError("no reports to merge")
+    worlds: dict[tuple, Listed | str] = {}  # the cluster sections read, each world once
+    read = [read_sections(source, report, worlds) for source, report in reports]
     nodes: dict[str, NodeFacts] = {}
     sources: dict[str, str | None] = {}  # node -> the report it came from
     findings: dict[tuple, Finding] = {}
     area_status: dict[str, str] = {}
     area_state: dict[str, str] = {}
-    phases: dict[tuple, dict] = {}
-    by_rank: dict[Any, dict] = {}
-    wire: dict[str, float] = {}
-    probes: dict[str | None, Any] = {}
-    cluster: dict[str, Any] = {}
-    listed: dict[str, dict] = {}
-    worlds: set[tuple] = set()
+    phases: dict[tuple, PhaseRow] = {}
+    by_rank: dict[int | None, RankRow] = {}
+    wire: dict[str, float | None] = {}
+    probes: dict[str | None, PortProbe | None] = {}
+    cluster: dict[str, Any] = {}  # the master, world size and backend the first report says
+    listed: dict[str, ListedNode] = {}
+    merged_worlds: set[int] = set()
     listed_missing: list[str] = []
     hang: dict[str, Any] | None = None
-    stuck: dict[tuple, dict] = {}
+    stuck: dict[tuple, StuckRow] = {}
     if gathered is not None:
-        _read_world(cluster_section(gathered.master, gathered.world, {}), cluster, listed, worlds)
-        listed_missing += [str(n) for n in gathered.world.missing] if gathered.world else []
-    for source, report in reports:
-        source = source or report.extra.get("report_path")
+        _read_world(
+            listed_world(gathered.master, gathered.world, {}), cluster, listed, merged_worlds
+        )
+        listed_missing += gathered.world.missing if gathered.world else []
+    for node in read:
+        report = node.report
         for facts in report.nodes:
             nodes.setdefault(facts.node, facts)
-            sources.setdefault(facts.node, source)
+            sources.setdefault(facts.node, node.source)
         for finding in report.findings:
             if finding.id != MERGED:  # re-merging: the new note replaces the old ones
                 findings.setdefault(
@@ -119,24 +130,20 @@ def merge_reports(
                 area_status[area] = line
                 if area in report.area_state:
                     area_state[area] = report.area_state[area]
-        for phase in _dicts(report.extra.get("phases")):
-            phases.setdefault((phase.get("node"), phase.get("rank"), phase.get("phase")), phase)
-        for entry in _dicts(report.extra.get("ranks")):
-            by_rank.setdefault(entry.get("rank"), entry)
-        for host, gbps in (
-            (report.extra.get("bandwidth") or {}).get("tcp_wire_Gbitps") or {}
-        ).items():
+        for phase in node.phases:
+            phases.setdefault((phase.node, phase.rank, phase.phase), phase)
+        for row in node.ranks:
+            by_rank.setdefault(row.rank, row)
+        for host, gbps in node.wire.items():
             wire.setdefault(host, gbps)
-        run = report.extra.get("run") if isinstance(report.extra.get("run"), dict) else {}
-        probes.setdefault(run.get("node"), run.get("port_probe"))
-        if isinstance(report.extra.get("hang"), dict):
-            hang = hang or {k: v for k, v in report.extra["hang"].items() if k != "stuck"}
-            for entry in _dicts(report.extra["hang"].get("stuck")):
-                stuck.setdefault((entry.get("node"), entry.get("rank")), entry)
-        section = report.extra.get("cluster")
-        if isinstance(section, dict):
-            _read_world(section, cluster, listed, worlds)
-            listed_missing += [str(n) for n in section.get("missing_nodes") or []]
+        probes.setdefault(node.run_node, node.port_probe)
+        if node.hang is not None:
+            hang = hang or node.hang
+            for entry in node.stuck:
+                stuck.setdefault((entry.node, entry.rank), entry)
+        if node.listed is not None:
+            _read_world(node.listed, cluster, listed, merged_worlds)
+            listed_missing += node.listed.missing_nodes
     if gathered is not None:
         named = {n.slot: n.name for n in gathered.world.nodes} if gathered.world else {}
         for entry in sorted(gathered.entries, key=lambda e: e.slot):
@@ -145,12 +152,9 @@ def merge_reports(
                 nodes[name] = dataclasses.replace(entry.facts, node=name)
         wire.update({host: round(gbps, 3) for host, gbps in gathered.tcp_gbps.items()})
 
-    ranks = sorted(by_rank.values(), key=lambda e: (e.get("rank") is None, e.get("rank") or 0))
+    ranks = sorted(by_rank.values(), key=lambda r: (r.rank is None, r.rank or 0))
     facts = list(nodes.values())
-    first = next(
-        (r for _, r in reports if any(e.get("rank") == 0 for e in _dicts(r.extra.get("ranks")))),
-        reports[0][1],
-    )
+    first = next((node for node in read if any(r.rank == 0 for r in node.ranks)), read[0])
     names = (
         {n.node_rank: n.name for n in gathered.world.nodes} if gathered and gathered.world else {}
     )
@@ -163,7 +167,8 @@ def merge_reports(
     missing = sorted({*listed, *listed_missing} - set(sources))
     # The check's ranks are outcomes: the verdict is then judged anew over all of them; a
     # report whose ranks are not (docs/report.md#ranks) keeps its nodes' verdicts and stuck ranks.
-    ended = outcomes(ranks)  # the document keeps the rows as the nodes wrote them
+    ended = [r.outcome for r in ranks if r.outcome]
+    ended = ended if len(ended) == len(ranks) else None
     world = gathered.world if gathered else None
     joins = (
         rendezvous_seen(world, gathered.hellos, gathered.port, gathered.flood, gathered.rejected)
@@ -178,13 +183,13 @@ def merge_reports(
         clocks=clocks(gathered.entries) if gathered else (),
         lost=lost,
         merged=None if gathered else MergedFrom(dict(sources), missing),
+        unread=[bad for node in read for bad in node.unread],
     )
     found = run_checks("world", seen)
     judged: list[Finding] = []
     if ended is not None:
         findings = {k: f for k, f in findings.items() if f.id not in verdict.STOPPED}
-        master = (first.extra.get("run") or {}).get("node")
-        cause = causes.judge(facts, ended, probes, found, master=master)
+        cause = causes.judge(facts, ended, probes, found, master=first.run_node)
         hang = verdict.hang_section(ended, lost_sentences, *causes.verdict_args(cause),
                                     lost_of=NODE_LOST, at_fault=causes.at_fault(cause))  # fmt: skip
         if ended:
@@ -195,14 +200,14 @@ def merge_reports(
             *verdict.rank_findings(ended, lost_sentences, causes.at_fault(cause)),
         ]
     elif hang is not None:
-        hang = {**hang, "stuck": list(stuck.values())}
+        hang = {**hang, "stuck": [dict(entry.row) for entry in stuck.values()]}
     judged += [f for f in found if f.id != MERGED]
-    if isinstance(first.extra.get("bandwidth"), dict):  # against every node's links now
+    bandwidth = first.report.extra.get("bandwidth")  # rank 0's rows, handed on as written
+    if isinstance(bandwidth, dict):  # against every node's links now
         bandwidth_rules = {c.id for c in all_checks("bandwidth")}
         findings = {k: f for k, f in findings.items() if f.id not in bandwidth_rules}
-        sweep = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
-        network = (first.extra.get("nccl") or {}).get("network")
-        judged += run_checks("bandwidth", link_budget(facts, sweep, network))
+        sweep = {**bandwidth, "tcp_wire_Gbitps": wire}
+        judged += run_checks("bandwidth", link_budget(facts, sweep, first.network))
     if len(facts) > 1:  # the cross-node checks are judged anew over every node's Facts
         cross_node = {c.id for c in all_checks("cluster")}
         findings = {k: f for k, f in findings.items() if f.id not in cross_node}
@@ -210,10 +215,10 @@ def merge_reports(
     for finding in judged:
         findings.setdefault((finding.id, finding.node, finding.rank, finding.title), finding)
 
-    for name, source in sources.items():
-        entry = listed.setdefault(name, {"name": name})
-        entry["report_path"] = entry.get("report_path") or source  # a node's report lists None
-    cluster_nodes = list(listed.values())
+    for name, source in sources.items():  # a node's report lists its own path as None
+        entry = listed.get(name) or ListedNode(name)
+        listed[name] = dataclasses.replace(entry, report_path=entry.report_path or source)
+    cluster_nodes = [to_dict(entry) for entry in listed.values()]
     cluster = {"master": None, "world_size": None, **cluster, "nodes": cluster_nodes,
                "missing_nodes": missing}  # fmt: skip
     area_status["cluster"] = (
@@ -224,13 +229,15 @@ def merge_reports(
     if not cluster_nodes:
         area_state["cluster"] = AreaState.NOT_MEASURED
     lost_names = {node.name for node in lost}
-    extra: dict[str, Any] = {k: first.extra[k] for k in _FROM_RANK_ZERO if first.extra.get(k)}
+    handed = first.report.extra  # sections handed on as rank 0's node wrote them
+    extra: dict[str, Any] = {k: handed[k] for k in _FROM_RANK_ZERO if handed.get(k)}
+    run = handed.get("run") if isinstance(handed.get("run"), dict) else {}
     extra.update(
-        phases=list(phases.values()),
-        ranks=ranks,
+        phases=[phase.to_dict() for phase in phases.values()],
+        ranks=[dict(row.row) for row in ranks],
         hang=hang,
         cluster=cluster,
-        run={**(first.extra.get("run") or {}), "nodes_reported": len(reports)},
+        run={**run, "nodes_reported": len(reports)},
     )
     # the master's isolation rounds, wherever its report comes in the list
     isolation = [
@@ -238,14 +245,14 @@ def merge_reports(
     ]
     if isolation:
         extra["isolation"] = isolation[0]
-    if first.extra.get("bandwidth"):  # the rows rank 0 measured, with every node's wire speed
-        extra["bandwidth"] = {**first.extra["bandwidth"], "tcp_wire_Gbitps": wire}
+    if bandwidth and isinstance(bandwidth, dict):  # rank 0's rows, every node's wire speed
+        extra["bandwidth"] = {**bandwidth, "tcp_wire_Gbitps": wire}
     marker = [f for f in found if f.id == MERGED]  # the note closes the document
     return Report(
-        kind=first.kind,
+        kind=first.report.kind,
         nodes=facts,
         findings=[*findings.values(), *marker],
-        command=list(gathered.command) if gathered else first.command,
+        command=list(gathered.command) if gathered else first.report.command,
         completed=all(r.completed for _, r in reports)
         and not set(missing) - lost_names  # a lost node is judged; a missing one is not
         and (gathered is None or (world is not None and not world.abort)),
@@ -256,24 +263,18 @@ def merge_reports(
 
 
 def _read_world(
-    section: dict[str, Any], cluster: dict[str, Any], listed: dict[str, dict], worlds: set[tuple]
+    section: Listed, cluster: dict[str, Any], listed: dict[str, ListedNode], merged: set[int]
 ) -> None:
-    """Adds one ``cluster`` section's world to ``listed``, unless an identical one was read."""
+    """Adds one ``cluster`` section's world to ``listed``, unless the same one was added
+    (sections.read_sections reads a world the nodes' reports repeat into one record)."""
     for key in ("master", "world_size", "backend"):
-        if section.get(key) is not None:
-            cluster.setdefault(key, section[key])
-    entries = section.get("nodes") if isinstance(section.get("nodes"), list) else []
-    world = (section.get("master"), section.get("world_size"), len(entries), str(entries[:1]),
-             str(entries[-1:]))  # fmt: skip
-    if world not in worlds:  # every node of a run lists the whole world: read it once
-        worlds.add(world)
-        for entry in _dicts(entries):
-            listed.setdefault(str(entry.get("name")), dict(entry))
+        if getattr(section, key) is not None:
+            cluster.setdefault(key, getattr(section, key))
+    if id(section) not in merged:
+        merged.add(id(section))
+        for entry in section.nodes:
+            listed.setdefault(entry.name, entry)
 
 
 NODE_LOST = {"check": "run.node-lost", "category": "remote_peer_closed"}
 MERGED = "report.merged"
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -105,7 +105,9 @@ def build_node_report(
     # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
     observed = run.observed
     port_probe = dataclasses.asdict(observed.port_probe) if observed.port_probe else None
-    cause = causes.judge([run.facts] if run.facts else [], run.ranks, {run.node: port_probe})
+    cause = causes.judge(
+        [run.facts] if run.facts else [], run.ranks, {run.node: observed.port_probe}
+    )
     world = run.world
     status = dict(run.area_status)
     status["run"] = _run_status(run)
