@@ -94,35 +94,35 @@ def config_from_args(
             other, or a process that is not a node agent.
     """
     try:
-        launcher, found = launcher_env(env)
+        said = launcher_env(env)
     except LauncherError as exc:
         raise ConfigError(str(exc)) from None
-    if launcher == "slurm" and node_rank is None and not env.get("SLURM_STEP_ID"):
+    if said.launcher == "slurm" and node_rank is None and not env.get("SLURM_STEP_ID"):
         raise ConfigError(
             f"SLURM_JOB_ID={env['SLURM_JOB_ID']} is set but SLURM_STEP_ID is not: this is the "
             "allocation's batch or salloc shell, not a task of srun; start it as "
             "`srun --ntasks-per-node=1 nccldoctor check` (or give --node-rank)"
         )
-    if not master and "nodelist" in found and resolve and not resolve(found["master"]):
+    if not master and said.nodelist and said.master and resolve and not resolve(said.master):
         raise ConfigError(
-            f"{found['nodelist']}={env[found['nodelist']]}: its first host "
-            f"{found['master']!r} (the master) does not resolve on this node; expected a host "
+            f"{said.nodelist}={env[said.nodelist]}: its first host "
+            f"{said.master!r} (the master) does not resolve on this node; expected a host "
             "name every node resolves, or set MASTER_ADDR (or --master) to the master's address"
         )
-    master = master or found.get("master")
+    master = master or said.master
     if not master:
-        how = "pass it with mpirun -x MASTER_ADDR=ADDR" if launcher == "mpirun" else "set it"
+        how = "pass it with mpirun -x MASTER_ADDR=ADDR" if said.launcher == "mpirun" else "set it"
         raise ConfigError(
             "no master: give --master ADDR (or run under torchrun, Slurm or a PyTorchJob), or "
             f"MASTER_ADDR: {how}"
         )
     try:
-        local = local_rank(found, procs_per_node)
+        local = local_rank(said, procs_per_node)
     except LauncherError as exc:
         raise ConfigError(str(exc)) from None
-    if local is None and found.get("local_rank", 0) != 0:
+    if local is None and said.local_rank not in (None, 0):
         raise ConfigError(
-            f"this process has local rank {found['local_rank']} but no launcher variable gives "
+            f"this process has local rank {said.local_rank} but no launcher variable gives "
             "the processes per node (LOCAL_WORLD_SIZE under torchrun, the tasks per node under "
             "srun, OMPI_COMM_WORLD_LOCAL_SIZE under mpirun); run one nccldoctor per node"
         )
@@ -132,9 +132,9 @@ def config_from_args(
     if local is not None and not local.leader:  # local rank 0 makes the folder of that name
         run_name = f"{run_name}.local{local.local_rank}"
     procs_per_node = local.local_world if local else procs_per_node
-    port = port if port is not None else found.get("port", DEFAULT_PORT)
-    nodes = nodes if nodes is not None else found.get("nodes")
-    node_rank = node_rank if node_rank is not None else found.get("node_rank")
+    port = port if port is not None else (said.port if said.port is not None else DEFAULT_PORT)
+    nodes = nodes if nodes is not None else said.nodes
+    node_rank = node_rank if node_rank is not None else said.node_rank
     if not 0 < port < 65535:
         raise ConfigError(f"--port {port}: must be between 1 and 65534 (the next one is used too)")
     if nodes is not None and nodes < 1:
@@ -166,7 +166,7 @@ def config_from_args(
         token=token,
         token_from=token_from,
         node_name=node_name or env.get("NCCLDOCTOR_NODE_NAME") or socket.gethostname(),
-        launcher=launcher,
+        launcher=said.launcher,
         local=local,
         isolate=isolate,
     )

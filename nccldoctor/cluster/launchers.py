@@ -64,96 +64,127 @@ class LocalRank:
         return self.local_rank == 0
 
 
-def launcher_env(env: Mapping[str, str]) -> tuple[str, dict]:
-    """Which launcher started us, and what its variables say (master, port, nodes, node_rank,
-    local_rank; ``nodelist``: the variable whose first host is the master, under Slurm)."""
-    found: dict = {}
-    if env.get("MASTER_ADDR"):
-        found["master"] = env["MASTER_ADDR"]
+@dataclass(frozen=True)
+class RankVariables:
+    """The variables a launcher gives a process's place in by (the usage errors name them)."""
+
+    rank: str
+    local_rank: str
+    local_world: str = "?"
+    world: str = "?"
+
+
+@dataclass
+class LauncherSays:
+    """Which launcher started us and what its variables say; None where they say nothing."""
+
+    launcher: str = "standalone"  # standalone | torchrun | slurm | mpirun | kubernetes | env
+    master: str | None = None
+    port: int | None = None
+    nodes: int | None = None
+    node_rank: int | None = None
+    rank: int | None = None  # this process among all the launcher started
+    local_rank: int | None = None
+    local_world: int | None = None  # processes per node (None: one)
+    world: int | None = None
+    nodelist: str | None = None  # the variable whose first host is the master, under Slurm
+    names: RankVariables | None = None  # where rank, local rank and the sizes came from
+
+
+def launcher_env(env: Mapping[str, str]) -> LauncherSays:
+    """Which launcher started us, and what its variables say."""
+    said = LauncherSays(master=env.get("MASTER_ADDR") or None)
     if env.get("TORCHELASTIC_RUN_ID"):
-        _put(found, "nodes", _whole_nodes(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE"))
-        _put(found, "node_rank", _int(env, "GROUP_RANK"))
-        _ranks(found, env, "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
-        return "torchrun", found
+        said.launcher = "torchrun"
+        said.nodes = _whole_nodes(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+        said.node_rank = _int(env, "GROUP_RANK")
+        _ranks(said, env, RankVariables("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE"))
+        return said
     if env.get("SLURM_JOB_ID"):
+        said.launcher = "slurm"
         nodes_name = _present(env, _SLURM_NODES)
         tasks_name = _present(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"))
         nodes = _int(env, nodes_name) if nodes_name else None
         tasks = _int(env, tasks_name) if tasks_name else None
-        _put(found, "nodes", nodes)
+        said.nodes = nodes
         if nodes and tasks is not None and tasks % nodes:
             raise LauncherError(
                 f"{tasks_name}={tasks} is not a multiple of {nodes_name}={nodes} (tasks per "
                 f"node: {env.get('SLURM_STEP_TASKS_PER_NODE', '?')}); expected the same number "
                 "of tasks on every node: srun -N NODES --ntasks-per-node=N"
             )
-        _put(found, "node_rank", _int(env, "SLURM_NODEID"))
-        _ranks(found, env, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", tasks_name)
+        said.node_rank = _int(env, "SLURM_NODEID")
+        _ranks(said, env, RankVariables("SLURM_PROCID", "SLURM_LOCALID",
+                                        "SLURM_STEP_TASKS_PER_NODE", tasks_name or "?"))  # fmt: skip
         if nodes and tasks:  # srun says the tasks per node only as "2(x2)": the quotient
-            found["local_world"] = tasks // nodes
-        _put(found, "port", _int(env, "MASTER_PORT"))
+            said.local_world = tasks // nodes
+        said.port = _int(env, "MASTER_PORT")
         # The step's own nodes: a step on part of the allocation may not hold its first node.
         listed = next(
             (n for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST") if env.get(n)), None
         )
-        if "master" not in found and listed:
+        if said.master is None and listed:
             try:
-                found["master"] = first_slurm_host(env[listed])
+                said.master = first_slurm_host(env[listed])
             except ValueError as exc:
                 raise LauncherError(
                     f"{listed}={env[listed]}: {exc}; expected a Slurm host list such as "
                     "gpu[01-04],cpu7, or set MASTER_ADDR"
                 ) from None
-            found["nodelist"] = listed
-        return "slurm", found
+            said.nodelist = listed
+        return said
     if env.get("OMPI_COMM_WORLD_SIZE"):
-        _put(found, "nodes", _whole_nodes(env, *_OMPI_SIZES))
+        said.launcher = "mpirun"
+        said.nodes = _whole_nodes(env, *_OMPI_SIZES)
         rank, local_world = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, _OMPI_SIZES[1]) or 1
-        _put(found, "node_rank", None if rank is None else rank // local_world)
-        _ranks(found, env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", _OMPI_SIZES[1],
-               _OMPI_SIZES[0])  # fmt: skip
-        _put(found, "port", _int(env, "MASTER_PORT"))
-        return "mpirun", found
-    _put(found, "port", _int(env, "MASTER_PORT"))
-    if env.get("PET_NNODES") or (env.get("KUBERNETES_SERVICE_HOST") and "master" in found):
-        found.setdefault("master", env.get("PET_MASTER_ADDR"))
-        _put(found, "nodes", _first(_int(env, "PET_NNODES"), _int(env, "WORLD_SIZE")))
+        said.node_rank = None if rank is None else rank // local_world
+        _ranks(said, env, RankVariables("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                        _OMPI_SIZES[1], _OMPI_SIZES[0]))  # fmt: skip
+        said.port = _int(env, "MASTER_PORT")
+        return said
+    said.port = _int(env, "MASTER_PORT")
+    if env.get("PET_NNODES") or (env.get("KUBERNETES_SERVICE_HOST") and said.master is not None):
+        said.launcher = "kubernetes"
+        said.master = said.master or env.get("PET_MASTER_ADDR") or None
+        said.nodes = _first(_int(env, "PET_NNODES"), _int(env, "WORLD_SIZE"))
         # JOB_COMPLETION_INDEX: what Kubernetes sets in an Indexed Job's pods (a JobSet's).
         ranks = ("PET_NODE_RANK", "RANK", "JOB_COMPLETION_INDEX")
-        _put(found, "node_rank", _first(*(_int(env, name) for name in ranks)))
-        return "kubernetes", found
-    if "master" in found:
-        _put(found, "nodes", _int(env, "WORLD_SIZE"))
-        _put(found, "node_rank", _int(env, "RANK"))
-        _put(found, "local_rank", _int(env, "LOCAL_RANK"))
-        return "env", found
-    return "standalone", {}
+        said.node_rank = _first(*(_int(env, name) for name in ranks))
+        return said
+    if said.master is not None:
+        said.launcher = "env"
+        said.nodes = _int(env, "WORLD_SIZE")
+        said.node_rank = _int(env, "RANK")
+        said.local_rank = _int(env, "LOCAL_RANK")
+        return said
+    return LauncherSays()
 
 
-def local_rank(found: dict, procs_per_node: int | None) -> LocalRank | None:
+def local_rank(said: LauncherSays, procs_per_node: int | None) -> LocalRank | None:
     """Who this process is among several per node, when the launcher started several."""
-    local_world = found.get("local_world", 1)
-    if local_world <= 1:
+    local_world = said.local_world or 1
+    if local_world <= 1 or said.names is None:
         return None
-    names = found["names"]
-    missing = [names[k] for k in ("rank", "local_rank", "world") if k not in found]
-    if missing:
+    names = said.names
+    rank, local_rank, world = said.rank, said.local_rank, said.world
+    if rank is None or local_rank is None or world is None:
+        given = ((names.rank, rank), (names.local_rank, local_rank), (names.world, world))
+        missing = ", ".join(name for name, value in given if value is None)
         raise LauncherError(
-            f"{names['local_world']}={local_world} processes per node, but {', '.join(missing)} "
+            f"{names.local_world}={local_world} processes per node, but {missing} "
             "not set to a number: each process needs its rank, local rank and the world size"
         )
-    rank, local_rank, world = found["rank"], found["local_rank"], found["world"]
     if not 0 <= local_rank < local_world:
         raise LauncherError(
-            f"{names['local_rank']}={local_rank}: expected 0..{local_world - 1} "
-            f"({names['local_world']}={local_world})"
+            f"{names.local_rank}={local_rank}: expected 0..{local_world - 1} "
+            f"({names.local_world}={local_world})"
         )
     if not 0 <= rank < world:
-        raise LauncherError(f"{names['rank']}={rank}: expected 0..{world - 1} ({names['world']})")
+        raise LauncherError(f"{names.rank}={rank}: expected 0..{world - 1} ({names.world})")
     if procs_per_node is not None and procs_per_node != local_world:
         raise LauncherError(
             f"--procs-per-node {procs_per_node}: the launcher started {local_world} processes "
-            f"on this node ({names['local_world']}), and each is one rank; leave it out"
+            f"on this node ({names.local_world}), and each is one rank; leave it out"
         )
     return LocalRank(rank, local_rank, local_world, world)
 
@@ -247,23 +278,11 @@ def _first(*values: int | None) -> int | None:
     return next((v for v in values if v is not None), None)
 
 
-def _ranks(
-    found: dict,
-    env: Mapping[str, str],
-    rank: str,
-    local_rank: str,
-    local_world: str | None,
-    world: str | None,
-) -> None:
+def _ranks(said: LauncherSays, env: Mapping[str, str], names: RankVariables) -> None:
     """The launcher's rank, local rank, processes per node and world size, and the names of
     the variables they came from (for the usage errors)."""
-    names = {"rank": rank, "local_rank": local_rank, "local_world": local_world or "?",
-             "world": world or "?"}  # fmt: skip
-    found["names"] = names
-    for key, name in names.items():
-        _put(found, key, _int(env, name) if name != "?" else None)
-
-
-def _put(found: dict, key: str, value: object) -> None:
-    if value is not None:
-        found[key] = value
+    said.names = names
+    said.rank, said.local_rank, said.local_world, said.world = (
+        _int(env, name) if name != "?" else None  # "?": this launcher has no such variable
+        for name in (names.rank, names.local_rank, names.local_world, names.world)
+    )

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.cluster.config import ConfigError, config_from_args
-from nccldoctor.cluster.launchers import LocalRank, first_slurm_host, host_resolves
+from nccldoctor.cluster.launchers import (
+    LauncherSays,
+    LocalRank,
+    RankVariables,
+    first_slurm_host,
+    host_resolves,
+    launcher_env,
+)
 from nccldoctor.cluster.records import WORKER_PHASES, phase_budget
 from nccldoctor.cluster.timeouts import Timeouts, TimeoutsError, timeouts_from
 from nccldoctor.cluster.worker.config import WorkerTimeouts
@@ -93,6 +100,18 @@ def test_procs_per_node_flag_contradicting_the_launcher_is_refused():
            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "LOCAL_RANK": "0"}  # fmt: skip
     with pytest.raises(ConfigError, match="--procs-per-node 4: the launcher started 2"):
         config_from_args(env=env, procs_per_node=4)
+
+
+def test_what_srun_says_is_one_record_with_the_variables_it_came_from():
+    env = {**SRUN_TASK, "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_LOCALID": "1", "SLURM_PROCID": "3"}  # fmt: skip
+    names = RankVariables("SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
+                          "SLURM_STEP_NUM_TASKS")  # fmt: skip
+    assert launcher_env(env) == LauncherSays(
+        "slurm", master="node2", nodes=2, node_rank=1, rank=3, local_rank=1, local_world=2,
+        world=4, nodelist="SLURM_STEP_NODELIST", names=names
+    )  # fmt: skip
+    assert launcher_env({"MASTER_PORT": "29500"}) == LauncherSays()  # no launcher: says nothing
 
 
 def test_srun_two_tasks_per_node():
