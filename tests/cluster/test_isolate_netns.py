@@ -114,3 +114,35 @@ def test_a_slow_master_a_blocked_pair_and_an_mtu_trap_are_named_apart(lab):
     # every node waited for the rounds and exited with the cluster's verdict
     for run in faulty:
         assert [r["status"] for r in isolate_rows(run.node_report())] == ["ok"]
+
+
+def test_auto_runs_the_rounds_when_the_all_node_busbw_ran_at_one_node_s_wire(lab):
+    """Under gloo no link rating holds the busbw (it stays far below a NIC's): auto holds it to
+    the TCP probes, over the default 10 s sweep, whose large sizes reach what gloo carries.
+    Healthy, no round runs. node3 rate-limited to 100 Mbit/s: the all-node run passes, its busbw
+    runs at node3's probe while the others' carry far more, so auto runs the rounds and they
+    name node3 slow."""
+    lab = lab(NODES)
+    budget = ARGS.index("bandwidth_budget=2")
+    args = ARGS[: budget - 1] + ARGS[budget + 1 :]  # the default sweep
+    master = lab.hosts[0].address
+
+    def run_all(port):
+        runs = [lab.start(host, ["--master", master, "--nodes", str(NODES), "--port", str(port),
+                                 *args], out=lab_out(lab, host))
+                for host in lab.hosts]  # fmt: skip
+        lab.wait(runs, DEADLINE)
+        return runs
+
+    healthy = run_all(29450)
+    assert [run.rc for run in healthy] == [0] * NODES, healthy[0].stderr[-3000:]
+    report = healthy[0].cluster_report()
+    assert report.get("isolation") is None, isolate_rows(report)
+    lab.hosts[3].exec("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit",
+                      "burst", "256kb", "latency", "400ms")  # fmt: skip
+    limited = run_all(29460)
+    assert [run.rc for run in limited] == [1] * NODES, limited[0].stderr[-3000:]
+    isolation = limited[0].cluster_report()["isolation"]
+    assert "ran at node3's TCP rate to the master" in isolation["why"], isolation["why"]
+    states = {v["node"]: v["state"] for v in isolation["nodes"] if v["state"] != "ok"}
+    assert states == {"node3": "slow"}, isolation["nodes"]

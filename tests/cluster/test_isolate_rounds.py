@@ -202,3 +202,30 @@ def test_auto_isolates_when_the_all_node_busbw_is_far_below_what_the_links_carry
     ok = RunState(True)
     plan = rounds.should_isolate("auto", {"a": ok, "b": ok, "c": ok}, {}, why)
     assert plan.run and plan.why == why
+
+
+def test_under_gloo_auto_isolates_when_the_all_node_busbw_ran_at_one_node_s_wire() -> None:
+    """Six gloo lab nodes, the default sweep: the TCP probes and the all-node run's largest busbw
+    as measured. node3 rate-limited to 100 Mbit/s held the busbw at its wire while the others'
+    carry 24 times more: auto ran no round (its probe was not a twenty-fifth of the others' on a
+    loaded machine). Healthy, gloo levelled off at 0.2 GB/s, next to node3's probe read low, but
+    the others' median carries under five times that; links all as slow are no node's fault."""
+    from nccldoctor.cluster.isolate.budget import ran_at_wire
+
+    limited = {"node1": 0.609, "node2": 3.226, "node3": 0.094, "node4": 3.333, "node5": 1.435}
+    why = ran_at_wire(0.011938, limited)
+    assert why == (
+        "the all-node busbw 11.9 MB/s ran at node3's TCP rate to the master (11.8 MB/s), the "
+        "others' median 291 MB/s"
+    )
+    plan = rounds.should_isolate("auto", {n: RunState(True) for n in limited}, limited, why)
+    assert plan.run and plan.why == why
+    assert rounds.slow_links(limited) == ""  # the probes alone did not say it
+    healthy = {"node1": 7.928, "node2": 7.267, "node3": 1.474, "node4": 5.239, "node5": 8.943}
+    assert ran_at_wire(0.200176, healthy) == ""
+    healthy = {"node1": 0.622, "node2": 1.549, "node3": 0.623, "node4": 7.756, "node5": 7.03}
+    assert ran_at_wire(0.190334, healthy) == ""
+    assert ran_at_wire(0.1, {"node1": 0.94, "node2": 0.95, "node3": 0.93}) == ""  # all 1 GbE
+    assert ran_at_wire(0.05, limited) == ""  # four times node3's probe: it under-measured
+    assert ran_at_wire(0.0013, limited) == ""  # a sweep cut short never reached the wire
+    assert ran_at_wire(None, limited) == "" and ran_at_wire(0.01, {"node3": 0.1}) == ""

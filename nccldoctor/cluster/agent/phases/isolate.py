@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
 from nccldoctor.cluster.isolate import rounds
-from nccldoctor.cluster.isolate.budget import below_links, link_budgets
+from nccldoctor.cluster.isolate.budget import below_links, link_budgets, ran_at_wire
 from nccldoctor.cluster.isolate.messages import Plan
 from nccldoctor.cluster.records import PhaseStatus
 
@@ -47,7 +47,9 @@ def run(state: AgentState) -> PhaseEnd:
         transport, budget = link_budgets(state.entries, slots, world.backend)
         results = run.workers.results.values() if run.workers else ()
         rates = [row.busbw_GBps for result in results for row in result.bandwidth]
-        slow = below_links(max(rates, default=None), transport, budget)
+        busbw = max(rates, default=None)
+        # NCCL's busbw against its links' rating; gloo's (no transport) against the TCP probes
+        slow = below_links(busbw, transport, budget) if transport else ran_at_wire(busbw, tcp)
         try:
             answer = rounds.coordinate(state.store, keys, me, names, c.isolate, tcp,
                                        c.timeouts.exit_barrier, state.progress, budget,
