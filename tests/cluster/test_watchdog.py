@@ -9,9 +9,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.agent.outcomes import workers_seen
-from nccldoctor.cluster.agent.watchdog import GRACE_S, watch_ranks
+from nccldoctor.cluster.agent.watchdog import GRACE_S, WORLD_GRACE_S, watch_ranks
+from nccldoctor.cluster.agent.worldend import WorkersEnded, WorldEnd
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.facts.ranks import OutcomeState
@@ -32,6 +35,9 @@ CHILD = textwrap.dedent("""
     if then == "exit":
         emit("ok")
         sys.exit(0)
+    if then == "fail":
+        emit("fail", "RuntimeError: a peer went away")
+        sys.exit(3)
     def waiting_in_the_collective():
         while True:
             time.sleep(0.3)
@@ -102,3 +108,98 @@ def test_a_nccl_log_deleted_mid_run_leaves_the_rank_stuck_not_the_agent_crashed(
     ranks = workers_seen(watch).ranks
     assert ranks[0].state is OutcomeState.STUCK and ranks[0].last_nccl_lines == ()
     assert nccl_section(ranks) == (None, [])
+
+
+# A rank waiting inside torch.distributed for a peer that never comes: gloo's init of a world of
+# two, alone.
+IN_INIT = textwrap.dedent("""
+    import faulthandler, json, signal, sys, time
+    from datetime import timedelta
+    import torch.distributed as dist
+    rank_dir, port = sys.argv[1], int(sys.argv[2])
+    stacks = open(rank_dir + "/stacks.txt", "w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+    store = dist.TCPStore("127.0.0.1", port, 2, True, timeout=timedelta(seconds=120),
+                          wait_for_workers=False)
+    with open(rank_dir + "/events.jsonl", "a") as events:
+        events.write(json.dumps({"t": time.time(), "rank": 0, "phase": "init",
+                                 "status": "start", "detail": ""}) + "\\n")
+    dist.init_process_group("gloo", store=store, rank=0, world_size=2,
+                            timeout=timedelta(seconds=120))
+""")
+
+
+def store():
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10))
+
+
+def test_a_rank_that_ends_before_the_last_phase_tells_the_other_nodes(tmp_path):
+    world = WorldEnd(store(), "nccldoctor/run")
+    launched = start(tmp_path, "barrier", "beat", then="fail")
+    watch = watch_ranks([launched], "A", Timeouts(), "gloo", poll_s=0.2, world=world)
+    assert watch.ranks[0].exit_code == 3 and watch.stuck_reason is None
+    assert world.ended() == WorkersEnded("A", 0, "barrier", "exit code 3")
+    world.end(WorkersEnded("B", 1, "init", "exit code 3"))  # the first end stays the one told
+    assert world.ended() == WorkersEnded("A", 0, "barrier", "exit code 3")
+
+
+def test_a_rank_still_waiting_when_another_node_s_rank_ended_is_stopped_at_once(tmp_path):
+    world = WorldEnd(store(), "nccldoctor/run")
+    world.end(WorkersEnded("B", 1, "barrier", "exit code 3"))
+    launched = start(tmp_path, "barrier", "beat")
+    t0 = time.monotonic()
+    watch = watch_ranks([launched], "A", Timeouts(barrier=60), "gloo", poll_s=0.2, world=world)
+    assert WORLD_GRACE_S <= time.monotonic() - t0 < WORLD_GRACE_S + 6  # not its 60 s budget
+    (r,) = watch.ranks
+    assert r.stuck == "still in barrier when rank 1 on node B ended in barrier (exit code 3)"
+    # its own code held it, not a collective: stuck, as at its own deadline
+    assert workers_seen(watch).ranks[0].state is OutcomeState.STUCK
+
+
+def test_a_rank_waiting_in_a_collective_for_the_one_that_ended_failed_because_of_it(tmp_path):
+    world = WorldEnd(store(), "nccldoctor/run")
+    world.end(WorkersEnded("B", 1, "init", "exit code 3"))
+    rank_dir = tmp_path / "rank0"
+    rank_dir.mkdir()
+    log = rank_dir / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", IN_INIT, str(rank_dir), str(free_port())],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    launched = Launched(0, 0, rank_dir, proc, log)
+    deadline = time.monotonic() + 60  # torch imported, the store up: init is next
+    while not (rank_dir / "events.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    watch = watch_ranks([launched], "A", Timeouts(init=120), "gloo", poll_s=0.2, world=world)
+    (r,) = watch.ranks
+    assert r.stuck is None and "torch/distributed/" in r.stacks
+    (rank,) = workers_seen(watch).ranks
+    assert rank.state is OutcomeState.FAILED and rank.phase_reached == "init"
+    assert (
+        rank.error
+        == "stopped while it waited in init: rank 1 on node B ended in init (exit code 3)"
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"", b"[]", b"{}", b'{"node": "", "rank": 0, "phase": "init", "why": ""}',
+     b'{"node": "A", "rank": -1, "phase": "init", "why": ""}',
+     b'{"node": "A", "rank": true, "phase": "init", "why": ""}',
+     b'{"node": "A", "rank": 0, "phase": "lunch", "why": ""}',
+     b'{"node": "A", "rank": 0, "phase": "init", "why": 3}',
+     b'{"node": "A", "rank": 0, "phase": "init", "why": "' + b"x" * 5000 + b'"}'],
+)  # fmt: skip
+def test_an_end_that_is_no_record_is_no_end(text):
+    assert WorkersEnded.from_json(text) is None

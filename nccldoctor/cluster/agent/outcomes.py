@@ -29,12 +29,13 @@ def rank_row(watch: RankWatch, result: RankResult | None) -> RankOutcome:
     """One entry of ``ranks``: where the rank got to and how it ended."""
     failed = next((e for e in reversed(watch.events) if e.status is EventStatus.FAIL), None)
     error = (result.error if result else None) or (failed.detail if failed else None) or None
+    error = watch.stopped or error  # its own error says no more than the signal that stopped it
     stuck = watch.stuck or (error if error and WORKER_DEADLINE in error else None)
     if stuck:
         state = OutcomeState.STUCK
     elif watch.exit_code == 0 and result is not None and result.ok:
         state = OutcomeState.OK
-    elif result is None and watch.exit_code not in (0, 1, 3):
+    elif result is None and watch.exit_code not in (0, 1, 3) and not watch.stopped:
         state = OutcomeState.CRASHED  # died without a word: a signal, os._exit, the OOM killer
     else:
         state = OutcomeState.FAILED

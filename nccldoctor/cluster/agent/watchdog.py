@@ -7,6 +7,13 @@ phase's budget (plus a short grace, so the worker's own timeout fires first), fa
 locals when installed, faulthandler otherwise, the Flight Recorder dump on NCCL) before it ends the workers (SIGTERM, then SIGKILL).
 The loop survives its own errors: a bad line or a vanished file is skipped, never fatal.
 
+When a rank ends before the run's last phase, its node tells the others through the store
+(worldend.py); every node then stops its ranks still waiting, ``WORLD_GRACE_S`` after hearing it
+(time for a peer's closed socket to end them on their own): a collective whose member is gone
+never completes, and the rounds of isolation wait for every node's workers. A rank stopped while
+it waited inside a collective, and no further behind than the one that ended, failed because of
+it; one stopped anywhere else is stuck, as at its own deadline.
+
 Rank states: ``starting`` (no event yet) → ``running`` (a phase started) → ``exited`` (the
 process ended, ``exit_code`` set) or ``stuck`` (the watchdog stopped it).
 """
@@ -20,14 +27,20 @@ from dataclasses import dataclass, field
 
 from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.agent.local import FollowerProcess, stop_followers
-from nccldoctor.cluster.records import EventStatus, WorkerEvent, phase_budget
+from nccldoctor.cluster.agent.worldend import STARTUP, WorkersEnded, WorldEnd
+from nccldoctor.cluster.records import WORKER_PHASES, EventStatus, WorkerEvent, phase_budget
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.forensics.capture import last_nccl_lines, python_stacks
+from nccldoctor.forensics.stacks import in_collective, main_thread_frames
 from nccldoctor.forensics.stop import stop_groups
 
 # Past a phase budget before the agent steps in: the backend's timeout and then the worker's own
 # phase deadline (2 s after the budget) speak first; the agent acts when the worker cannot.
 GRACE_S = 4.0
+# After another node's rank ended: a gloo peer's closed socket ends the waiting ranks within
+# milliseconds, on their own and with their own error.
+WORLD_GRACE_S = 2.0
+LAST_PHASE = WORKER_PHASES[-1]  # a rank ending in it leaves its peers nothing to wait for
 
 
 @dataclass
@@ -43,6 +56,7 @@ class RankWatch:
     last_seen: float = 0.0  # monotonic, the last event of any kind
     exit_code: int | None = None
     stuck: str | None = None  # why the watchdog stopped it
+    stopped: str | None = None  # why it was stopped while waiting in a collective for a rank gone
     stacks: str | None = None
     flight_recorder: str | None = None
     last_nccl_lines: list[str] = field(default_factory=list)
@@ -94,12 +108,16 @@ def watch_ranks(
     backend: str,
     poll_s: float = 0.5,
     on_change: Callable[[str], None] | None = None,
+    world: WorldEnd | None = None,
 ) -> WatchResult:
-    """Watch until every worker exits or one is stuck; then collect evidence and stop them."""
+    """Watch until every worker exits or one is stuck; then collect evidence and stop them.
+    ``world``: where ranks ended early are told to and heard from the other nodes."""
     start = time.monotonic()
     ranks = [RankWatch(item, node, last_seen=start) for item in launched]
     total_deadline = start + timeouts.workers_total() + timeouts.heartbeat
     reason = None
+    told = heard = False
+    heard_at = 0.0
     while True:
         now = time.monotonic()
         for r in ranks:
@@ -108,17 +126,34 @@ def watch_ranks(
                 r.exit_code = r.launched.proc.poll()
                 if r.exit_code is not None:
                     r.read_events(now)
+        ended = next((r for r in ranks if not r.alive and r.phase != LAST_PHASE), None)
+        if world and ended and not told:
+            world.end(WorkersEnded(node, ended.rank, ended.phase or STARTUP,
+                                   f"exit code {ended.exit_code}"))  # fmt: skip
+            told = True
         if not any(r.alive for r in ranks):
             break
         reason = _stuck_reason(ranks, now, start, timeouts, total_deadline)
+        gone = world.ended() if world and not reason else None
+        if gone and not heard:
+            heard, heard_at = True, now
+        elif gone and now - heard_at >= WORLD_GRACE_S:
+            reason = _waiting_for(ranks, gone, now)
         if reason:
             if on_change:
                 on_change(reason)
-            collect_evidence([r for r in ranks if r.alive], backend)
+            alive = [r for r in ranks if r.alive]
+            collect_evidence(alive, backend)
+            if gone:
+                _judge_waiting(alive, gone)
+            elif world and not told:
+                stuck = next(r for r in alive if r.stuck)
+                world.end(WorkersEnded(node, stuck.rank, stuck.phase or STARTUP,
+                                       "stopped by its watchdog"))  # fmt: skip
             stop([r.launched for r in ranks])
             for r in ranks:
                 if r.alive:
-                    r.stuck = r.stuck or "stopped by the watchdog"
+                    r.stuck = r.stuck or (None if r.stopped else "stopped by the watchdog")
                     r.exit_code = r.launched.proc.poll()
             break
         _wait_any(ranks, poll_s)
@@ -171,6 +206,29 @@ def _stuck_reason(
     if not stuck:
         return None
     return "; ".join(f"rank {r.rank}: {r.stuck}" for r in stuck)
+
+
+def _waiting_for(ranks: list[RankWatch], gone: WorkersEnded, now: float) -> str | None:
+    """Why the live ranks stop now that ``gone`` ended, or None when every live one is in the
+    last phase (it needs no peer to finish)."""
+    waiting = [r for r in ranks if r.alive and r.phase != LAST_PHASE]
+    if not waiting:
+        return None
+    for r in waiting:
+        r.stuck = f"still in {r.phase or STARTUP} when {gone.sentence()}"
+    return "; ".join(f"rank {r.rank}: {r.stuck}" for r in waiting)
+
+
+def _judge_waiting(ranks: list[RankWatch], gone: WorkersEnded) -> None:
+    """A rank stopped while it waited inside a collective, not behind the one that ended,
+    waited for it: it failed because of it, the cause is the other. Any other is stuck."""
+    for r in ranks:
+        if (
+            r.stuck
+            and not gone.behind(r.phase)
+            and in_collective(main_thread_frames(r.stacks or ""))
+        ):
+            r.stopped, r.stuck = f"stopped while it waited in {r.phase}: {gone.sentence()}", None
 
 
 def collect_evidence(ranks: list[RankWatch], backend: str) -> None:

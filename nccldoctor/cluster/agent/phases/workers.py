@@ -8,6 +8,7 @@ import time
 
 from nccldoctor.cluster.agent import launcher, local, outcomes, watchdog
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
+from nccldoctor.cluster.agent.worldend import WorldEnd
 from nccldoctor.cluster.records import PhaseStatus
 
 
@@ -34,8 +35,9 @@ def run(state: AgentState) -> PhaseEnd:
         state.launched = launcher.launch(spec, state.env, fork=_can_fork(state))
     else:
         state.launched = _per_process(state, spec)
+    ended = WorldEnd(state.store, state.keys.prefix) if state.store and state.keys else None
     watch = watchdog.watch_ranks(
-        state.launched, run.node, c.timeouts, world.backend, on_change=state.progress
+        state.launched, run.node, c.timeouts, world.backend, on_change=state.progress, world=ended
     )
     run.workers = outcomes.workers_seen(watch)
     bad = [r for r in run.ranks if not r.ok]
