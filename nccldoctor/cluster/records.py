@@ -16,6 +16,7 @@ circle.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -118,7 +119,8 @@ class PhaseRow:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status.value}  # the plain string, not the enum
+        # its fields are plain values: a shallow copy (a merge writes every node's rows)
+        return {**vars(self), "status": self.status.value}  # the plain string, not the enum
 
     @classmethod
     def from_dict(cls, data: Any) -> PhaseRow:
@@ -131,7 +133,7 @@ class PhaseRow:
         if not isinstance(data, dict):
             raise ValueError(f"not an object but {type(data).__name__}")
         values = {}
-        for name, kind in get_type_hints(cls).items():
+        for name, kind in _field_types(cls).items():
             if name not in data:
                 raise ValueError(f"no {name}")
             try:
@@ -140,6 +142,11 @@ class PhaseRow:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{name}: {exc}") from None
         return cls(**values)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
 
 
 @dataclass
