@@ -10,7 +10,7 @@ from checks import get_check, run_checks
 from nccldoctor.cluster.agent.gather import master_lost
 from nccldoctor.cluster.agent.reach import locate, still_listening
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.diagnosis.node_run import NodeRun, Place
 from nccldoctor.cluster.diagnosis.verdict import hang_section, rank_findings
 from nccldoctor.cluster.records import PhaseRow, World, WorldNode
 from nccldoctor.facts import NodeFacts
@@ -182,7 +182,7 @@ def test_a_node_that_outlives_the_master_says_so_before_handing_over_its_report(
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")])
+    run = NodeRun("node1", phases=[PhaseRow("node1", None, "workers")], place=Place(world, 1))
     run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port)) is True
     (f,) = run_checks("run", run.observed, node=run.node)
@@ -201,7 +201,7 @@ def test_a_master_whose_store_answers_is_not_lost():
     world = World("r", "gloo", [WorldNode(0, 0, "head", "127.0.0.1", "127.0.0.1", 1, 0),
                                 WorldNode(1, 1, "node1", "127.0.0.2", "127.0.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    run = NodeRun("node1", world=world, phases=[PhaseRow("node1", None, "workers")])
+    run = NodeRun("node1", phases=[PhaseRow("node1", None, "workers")], place=Place(world, 1))
     run.observed.reach = ReachResult("head-name", addresses=["127.0.0.1"])
     assert master_lost(run, CheckConfig("head-name", port=port), client) is False
     assert client.timeout.total_seconds() == 10.0  # the ping's own deadline is put back

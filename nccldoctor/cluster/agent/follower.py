@@ -28,7 +28,8 @@ from nccldoctor.cluster.agent.outcomes import load_result
 from nccldoctor.cluster.agent.phases.report import VERDICT_MARGIN_S
 from nccldoctor.cluster.agent.state import Progress
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.node_report import NodeRun, build_node_report
+from nccldoctor.cluster.diagnosis.node_report import build_node_report
+from nccldoctor.cluster.diagnosis.node_run import NodeRun, Role
 from nccldoctor.cluster.records import WorkersSeen
 from nccldoctor.cluster.torchstart import preload_torch, quiet_omp
 from nccldoctor.cluster.worker import rank as worker_rank
@@ -151,7 +152,9 @@ def _own_report(
     done = ""
     if spec is not None:
         result = load_result(launcher.rank_dir(spec, me.rank))
-        run.run_id, run.workers = spec.run_id, WorkersSeen()
+        # local rank 0 reached the master for this process: the spec has the run's id
+        run.role = Role(spec.run_id, master=False)
+        run.workers = WorkersSeen()
         if result is not None:
             run.workers.results[me.rank] = result
             done = f"; its own worker phases ended with exit code {result.exit_code}"

@@ -17,8 +17,8 @@ from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.agent.reach import still_listening
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import merge
-from nccldoctor.cluster.diagnosis.node_report import NodeRun
-from nccldoctor.cluster.records import NodeEntry, PhaseStatus
+from nccldoctor.cluster.diagnosis.node_run import NodeRun
+from nccldoctor.cluster.records import PhaseStatus
 from nccldoctor.facts.run import MasterLost
 from nccldoctor.facts.world import Rejected
 from nccldoctor.report import Report
@@ -139,18 +139,16 @@ def cluster_report(
     keys: rendezvous.Keys | None,
     exit_barrier_s: float,
     gate: Gate | None,
-    entries: Sequence[NodeEntry],
     command: Sequence[str],
     progress: Callable[[str], None],
-    rejected_entries: Sequence[Rejected] = (),
 ) -> Report:
     """The master's cluster report: the other nodes' reports (waiting up to ``exit_barrier_s``)
     merged with its own; the nodes that never reported are named with their last phase, what
-    was written to the store in a node's place (``rejected_entries`` at the rendezvous, results
-    here) by the ``world`` rules."""
+    was written to the store in a node's place (entries at the rendezvous, results here) by the
+    ``world`` rules."""
     others: dict[int, Report] = {}
     last_phase: dict[int, str] = {}
-    rejected = list(rejected_entries)
+    rejected = list(run.place.rejected) if run.place else []
     world = run.world
     if world and store is not None and keys:
         ranks = {n.node_rank: n.name for n in world.nodes if n.node_rank != run.node_rank}
@@ -164,7 +162,7 @@ def cluster_report(
         hellos=gate.snapshot() if gate else [],
         tcp_gbps=gate.tcp_gbps if gate else {},
         port=config.port,
-        entries=entries,
+        entries=run.place.entries if run.place else (),
         command=command,
         flood=gate.flood() if gate else None,
         rejected=rejected,

@@ -2,15 +2,16 @@
 
 Phases (docs/design.md#phases): preflight → reach → rendezvous → bootstrap → tcp → ports → workers,
 then the report (gather). Each lives in its own module under ``phases/`` with one entry point,
-``run``, which says how it ended (:class:`PhaseEnd`); :data:`PHASES` lists them once, in order.
-Each has a deadline from :class:`Timeouts` and is recorded as a row of ``phases`` (PhaseRow). The master (node rank 0, or the node owning ``--master``) also hosts
-the store and the gate, and after the exit barrier merges every node's report into the cluster
-report. torch is imported in the background as the agent starts, the store's part first, and
-the workers are forked from the agent with it loaded (launcher). When the launcher started
-several processes per node, local rank 0 is the agent, forks the worker of its own rank only,
-and hands the world to the others, which run theirs themselves (local.py, follower.py). Any
-way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one ``finally``
-that ends the workers and writes the report(s).
+``run``, which says how it ended and what it found (:class:`PhaseEnd`: its row of ``phases``, a
+PhaseRow, and its result, which the node run holds); :data:`PHASES` lists them once, in order.
+Each has a deadline from :class:`Timeouts`. The master (node rank 0, or the node owning
+``--master``) also hosts the store and the gate, and after the exit barrier merges every node's
+report into the cluster report. torch is imported in the background as the agent starts, the
+store's part first, and the workers are forked from the agent with it loaded (launcher). When
+the launcher started several processes per node, local rank 0 is the agent, forks the worker of
+its own rank only, and hands the world to the others, which run theirs themselves (local.py,
+follower.py). Any way out — success, a failed phase, an error, SIGINT/SIGTERM — goes through one
+``finally`` that ends the workers and writes the report(s).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from nccldoctor.cluster.agent.phases import (
 from nccldoctor.cluster.agent.phases import rendezvous as rendezvous_phase
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed, Progress
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.node_report import NodeRun
+from nccldoctor.cluster.diagnosis.node_run import NodeRun
 from nccldoctor.cluster.records import PhaseRow, PhaseStatus
 from nccldoctor.cluster.torchstart import preload_torch, quiet_omp, uncollected_imports
 from nccldoctor.report import Report
@@ -95,6 +96,7 @@ class NodeAgent:
                 with self.phase(name) as row:
                     end = step(state)
                     row.status, row.detail = end.status, end.detail
+                    run.hold(end.result)
         except Interrupted as exc:
             run.aborted = f"interrupted by {exc}"
         except PhaseFailed as exc:
@@ -107,7 +109,7 @@ class NodeAgent:
             watchdog.stop(state.launched)
             if state.launched and run.workers is None:  # interrupted while watching them
                 watch = watchdog.observe(state.launched, run.node, str(run.aborted))
-                run.workers = outcomes.workers_seen(watch)
+                run.hold(outcomes.workers_seen(watch))
             shown, path = report.run(state)
             if state.leader:  # the node's other processes show this report and exit with it
                 code = shown.exit_code if state.verdict is None else state.verdict
@@ -150,6 +152,7 @@ class NodeAgent:
             yield row
         except PhaseFailed as exc:
             row.status, row.detail = PhaseStatus.FAIL, str(exc)
+            run.hold(exc.result)
             raise
         except rendezvous.RendezvousError as exc:
             row.status, row.detail = PhaseStatus.TIMEOUT, str(exc)

@@ -1,5 +1,5 @@
-"""What the node agent's phases share: the run being recorded and the handles one phase leaves
-for the next (the store, the gate, the launched workers, the background imports)."""
+"""What the node agent's phases share: the run that holds their results and the handles one phase
+leaves for the next (the store, the gate, the launched workers, the background imports)."""
 
 from __future__ import annotations
 
@@ -14,26 +14,30 @@ from typing import Any
 from nccldoctor.cluster.agent import launcher, local, rendezvous
 from nccldoctor.cluster.agent.gate import Gate
 from nccldoctor.cluster.config import CheckConfig
-from nccldoctor.cluster.diagnosis.node_report import NodeRun
-from nccldoctor.cluster.records import NodeEntry, PhaseStatus
-from nccldoctor.facts.isolation import Isolation
-from nccldoctor.facts.world import Rejected
+from nccldoctor.cluster.diagnosis.node_run import NodeRun, PhaseResult
+from nccldoctor.cluster.records import PhaseStatus
 
 # What the agent tells its caller as it runs: a phase's lines, and nodes joining on the master.
 Progress = Callable[[str | rendezvous.Joined], None]
 
 
 class PhaseFailed(Exception):
-    """A phase ended the run; its findings say why."""
+    """A phase ended the run; its findings say why, and ``result`` is what it found before."""
+
+    def __init__(self, why: str, result: PhaseResult | None = None) -> None:
+        super().__init__(why)
+        self.result = result
 
 
 @dataclass(frozen=True)
 class PhaseEnd:
-    """How a phase ended, as its row in ``phases`` says: ``status`` and a line of ``detail``
-    (a phase that ends the run raises PhaseFailed instead)."""
+    """How a phase ended, as its row in ``phases`` says: ``status`` and a line of ``detail``,
+    and what it found for the node run to hold (a phase that ends the run raises PhaseFailed
+    instead)."""
 
     detail: str = ""
     status: PhaseStatus = PhaseStatus.OK
+    result: PhaseResult | None = None
 
     @classmethod
     def skipped(cls, why: str) -> PhaseEnd:
@@ -55,12 +59,9 @@ class AgentState:
     gate: Gate | None = None
     leader: local.Leader | None = None  # local rank 0 of several processes per node
     launched: list[launcher.Launched] = field(default_factory=list)
-    entries: list[NodeEntry] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)  # store entries that were not ones
     bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
     started: float = field(default_factory=time.monotonic)
     verdict: int | None = None  # the cluster report's exit code, once known here
-    isolation: Isolation | None = None  # the rounds' answer, on the master when they ran
 
     @property
     def node_dir(self) -> Path:

@@ -1,64 +1,19 @@
-"""What one node observed during `nccldoctor check`, and the node report built from it."""
+"""The node report: what one node observed during `nccldoctor check` (node_run.py), judged."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from checks import all_checks, run_checks, run_node_checks
 from checks.linkrates import link_budget
 from nccldoctor.cluster.config import CheckConfig
 from nccldoctor.cluster.diagnosis import causes, merge, results, verdict
-from nccldoctor.cluster.records import PhaseRow, WorkersSeen, World
-from nccldoctor.facts import NetworkFacts, NodeFacts
+from nccldoctor.cluster.diagnosis.node_run import NodeRun
 from nccldoctor.facts.ranks import RankOutcome
-from nccldoctor.facts.run import RunObserved
 from nccldoctor.model import AreaState, Finding, Severity
 from nccldoctor.report import Report
-
-
-@dataclass
-class NodeRun:
-    """Everything this node observed, turned into its report at the end."""
-
-    node: str
-    facts: NodeFacts | None = None
-    findings: list[Finding] = field(default_factory=list)
-    area_status: dict[str, str] = field(default_factory=dict)
-    area_state: dict[str, AreaState] = field(default_factory=dict)
-    phases: list[PhaseRow] = field(default_factory=list)  # the agent's
-    is_master: bool = False
-    run_id: str = ""
-    world: World | None = None
-    node_rank: int | None = None
-    tcp_gbps: float | None = None
-    workers: WorkersSeen | None = None  # None: they never started
-    cuda: bool = False  # this node would run NCCL (GPUs, a CUDA torch, no --backend gloo)
-    aborted: str | None = None
-    lost: list[str] = field(default_factory=list)  # sentences: nodes this one outlived
-    port: int = 0  # the store's port (--port)
-    # reach, the hello's reply, the port probe ...: what the run rules judge
-    observed: RunObserved = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.observed = RunObserved(self.node, self.port)
-
-    @property
-    def ranks(self) -> list[RankOutcome]:
-        return self.workers.ranks if self.workers else []
-
-    def rename(self, name: str) -> None:
-        """The world's name for this node (its hostname with its node rank, when another
-        node has the same: agent/rendezvous.py unique_names) on everything said so far."""
-        old, self.node, self.observed.node = self.node, name, name
-        if self.facts is not None:
-            self.facts.node = name
-        for item in (*self.findings, *self.phases):
-            if item.node == old:
-                item.node = name
-
 
 # Node checks that read what the run measures into the facts (libnccl's bootstrap interface, the
 # address the master saw): preflight's predictions are replaced by their judgement of the
@@ -81,14 +36,16 @@ def build_node_report(
 ) -> Report:
     """This node's report (kind "check"): the preflight document plus the run's sections."""
     rejudged: tuple[str, ...] = ()
-    if run.facts:
+    facts = run.facts
+    if facts and run.preflight:
         # the GPU rules judge for the backend the run uses: a run on gloo needs no GPU
-        run.facts.backend = run.world.backend if run.world else ("nccl" if run.cuda else "gloo")
-        run.facts.backend_asked = config.backend != "auto"
+        backend = run.world.backend if run.world else ("nccl" if run.preflight.cuda else "gloo")
+        facts = dataclasses.replace(facts, backend=backend, backend_asked=config.backend != "auto")
         gpu_rules = tuple(c.id for c in all_checks("node") if c.area == "gpu")
         rejudged = RUN_MEASURED + gpu_rules
+    nodes = [facts] if facts else []
     findings = [f for f in run.findings if f.id not in rejudged] + (
-        run_node_checks(run.facts, only=rejudged) if run.facts else []
+        run_node_checks(facts, only=rejudged) if facts else []
     )
     by_rank = run.workers.results if run.workers else {}
     findings += verdict.worker_findings(run.ranks, by_rank, run.lost)
@@ -96,7 +53,7 @@ def build_node_report(
     findings += nccl_findings
     flight_recorder, fr_findings = flight_recorder_section(run.ranks)
     findings += fr_findings
-    run.observed.network = run.facts.network if run.facts else None
+    run.observed.network = facts.network if facts else None
     run.observed.aborted = run.aborted
     findings += run_checks("run", run.observed, node=run.node)
     # run.incomplete is the fallback: it stands only where no other finding says why it stopped
@@ -105,13 +62,11 @@ def build_node_report(
     # This node's own probe is enough to explain its hang; the MTU needs every node's facts.
     observed = run.observed
     port_probe = dataclasses.asdict(observed.port_probe) if observed.port_probe else None
-    cause = causes.judge(
-        [run.facts] if run.facts else [], run.ranks, {run.node: observed.port_probe}
-    )
+    cause = causes.judge(nodes, run.ranks, {run.node: observed.port_probe})
     world = run.world
-    status = dict(run.area_status)
+    status = dict(run.preflight.area_status) if run.preflight else {}
     status["run"] = _run_status(run)
-    state = dict(run.area_state)
+    state = dict(run.preflight.area_state) if run.preflight else {}
     if run.aborted:
         state["run"] = AreaState.STOPPED
     elif not run.ranks:
@@ -119,15 +74,13 @@ def build_node_report(
     bandwidth = results.bandwidth_section(
         by_rank, world.backend if world else "", world.world_size if world else 0
     )
-    if run.tcp_gbps is not None:
-        bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp_gbps, 3)
+    if run.tcp is not None:
+        bandwidth["tcp_wire_Gbitps"][run.node] = round(run.tcp.gbps, 3)
     network = (nccl or {}).get("network")
-    findings += run_checks(
-        "bandwidth", link_budget([run.facts] if run.facts else [], bandwidth, network)
-    )
+    findings += run_checks("bandwidth", link_budget(nodes, bandwidth, network))
     return Report(
         kind="check",
-        nodes=[run.facts] if run.facts else [],
+        nodes=nodes,
         findings=findings,
         command=list(command),
         completed=run.workers is not None and not run.aborted,
@@ -202,15 +155,6 @@ def bootstrap_interface(lines: Sequence[str]) -> tuple[str, str] | None:
         if process.bootstrap:
             return process.bootstrap["ifname"], process.bootstrap["address"]
     return None
-
-
-def record_nccl_pick(network: NetworkFacts, used: tuple[str, str], forced: bool) -> NetworkFacts:
-    """The facts with libnccl's own bootstrap interface in place of NCCL's order applied to
-    them (``forced``: NCCL_SOCKET_IFNAME chose it, so NCCL's default order is still unknown)."""
-    measured = {"nccl_pick": used[0], "nccl_pick_address": used[1], "nccl_pick_measured": True}
-    if not forced:
-        measured |= {"nccl_default_pick": used[0], "nccl_default_pick_address": used[1]}
-    return dataclasses.replace(network, **measured)
 
 
 def _run_status(run: NodeRun) -> str:

@@ -44,7 +44,7 @@ def run(state: AgentState) -> PhaseEnd:
         names = {n.node_rank: n.name for n in world.nodes}
         tcp = state.gate.tcp_gbps if state.gate else {}
         slots = {n.slot: n.name for n in world.nodes}
-        transport, budget = link_budgets(state.entries, slots, world.backend)
+        transport, budget = link_budgets(run.place.entries, slots, world.backend)
         results = run.workers.results.values() if run.workers else ()
         rates = [row.busbw_GBps for result in results for row in result.bandwidth]
         busbw = max(rates, default=None)
@@ -61,11 +61,12 @@ def run(state: AgentState) -> PhaseEnd:
             )
         if isinstance(answer, Plan):
             return PhaseEnd.skipped(answer.why)
-        state.isolation = answer
         culprits = ", ".join(f"{v.node} {v.state}" for v in answer.culprits)
         links = ", ".join(f"{'–'.join(v.nodes)} {v.state}" for v in answer.links)
         found = "; ".join(x for x in (culprits, links, answer.network_wide and "network-wide") if x)
-        return PhaseEnd(f"{answer.rounds} round(s): {found or 'no node or link at fault'}")
+        return PhaseEnd(
+            f"{answer.rounds} round(s): {found or 'no node or link at fault'}", result=answer
+        )
     plan = rounds.wait_plan(state.store, keys, c.timeouts.exit_barrier + rounds.MARGIN_S)
     if plan is None or not plan.run:
         return PhaseEnd.skipped(plan.why if plan else "no plan came from the master")

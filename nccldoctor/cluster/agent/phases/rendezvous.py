@@ -7,13 +7,16 @@ import time
 
 from nccldoctor.cluster.agent import rendezvous
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd, PhaseFailed
+from nccldoctor.cluster.diagnosis.node_run import Place
 from nccldoctor.cluster.records import NodeEntry
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.run import HelloReply
+from nccldoctor.facts.world import Rejected
 
 
 def run(state: AgentState) -> PhaseEnd:
     c, t, run = state.config, state.config.timeouts, state.run
+    assert run.preflight is not None and run.facts is not None
     state.keys = rendezvous.Keys(run.run_id)
     deadline = time.monotonic() + t.rendezvous
     hello = run.observed.hello or HelloReply(False)  # the master says none
@@ -22,17 +25,19 @@ def run(state: AgentState) -> PhaseEnd:
         name=run.node,
         advertised=hello.advertised or c.master,
         seen=hello.seen or c.master,
-        procs=_procs(state),
-        cuda=run.cuda,
+        procs=_procs(state, run.facts),
+        cuda=run.preflight.cuda,
         requested_rank=0 if run.is_master else c.node_rank,
         skew_s=hello.skew_s,
-        facts=run.facts or NodeFacts(run.node),
+        facts=run.facts,
     )
     if not run.is_master:
         state.store = rendezvous.connect_store(
             c.master, c.port, max(1.0, deadline - time.monotonic())
         )
     slot = rendezvous.publish_entry(state.store, state.keys, entry)
+    entries: list[NodeEntry] = []
+    rejected: list[Rejected] = []  # store entries that were not node entries
     if run.is_master:
         entries = rendezvous.gather_entries(
             state.store,
@@ -41,31 +46,29 @@ def run(state: AgentState) -> PhaseEnd:
             deadline,
             t.settle,
             on_join=lambda nodes: state.progress(rendezvous.Joined(nodes, c.nodes)),
-            rejected=state.rejected,
+            rejected=rejected,
             own=entry,
         )
         world = rendezvous.plan_world(run.run_id, c.backend, entries, c.nodes)
         state.store.set(state.keys.world, world.to_json())
-        state.entries = entries
     else:
         world = rendezvous.wait_world(state.store, state.keys, t.rendezvous + t.settle + 5)
-    run.world = world
     me = world.node(slot)
-    run.node_rank = me.node_rank if me else None
+    place = Place(world, me.node_rank if me else None, tuple(entries), tuple(rejected))
     if me and me.name != run.node:  # another node has this one's name
         run.rename(me.name)
     if world.abort:
-        raise PhaseFailed(f"rendezvous: {world.abort}")
+        raise PhaseFailed(f"rendezvous: {world.abort}", place)
     if me is None:
         run.observed.late_for = [n.name for n in world.nodes]
-        raise PhaseFailed("rendezvous: arrived too late")
-    return PhaseEnd(f"{len(world.nodes)} node(s), world size {world.world_size}")
+        raise PhaseFailed("rendezvous: arrived too late", place)
+    return PhaseEnd(f"{len(world.nodes)} node(s), world size {world.world_size}", result=place)
 
 
-def _procs(state: AgentState) -> int:
+def _procs(state: AgentState, facts: NodeFacts) -> int:
     if state.config.procs_per_node:
         return state.config.procs_per_node
-    gpu = state.run.facts.gpu if state.run.facts else None
+    gpu = facts.gpu
     if gpu is None:
         return 1
     visible = gpu.visible_nvml_indices if gpu.visible_nvml_indices is not None else gpu.devices

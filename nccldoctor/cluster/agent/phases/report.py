@@ -25,8 +25,8 @@ def run(state: AgentState) -> tuple[Report, Path]:
     if store is not None and not run.is_master and gather.master_lost(run, config, store):
         store = None  # a dead master's store would only make the publish wait
     report = build_node_report(run, config, state.command, time.monotonic() - state.started)
-    if state.isolation is not None:
-        isolate_answer.attach(report, state.isolation)
+    if run.isolation is not None:
+        isolate_answer.attach(report, run.isolation)
     path = _write(report, config.run_dir / f"check-{run.node}.json", "node", state.progress)
     interrupted = bool(run.aborted and run.aborted.startswith("interrupted"))
     if not run.is_master:
@@ -37,12 +37,12 @@ def run(state: AgentState) -> tuple[Report, Path]:
                 state.verdict = gather.await_verdict(store, state.keys, wait)
                 _exits_with(state.verdict, report, path, state.progress)
         return report, path
-    if store is not None and state.isolation is None:  # no node waits for rounds that never come
+    if store is not None and run.isolation is None:  # no node waits for rounds that never come
         rounds.close_plan(store, rounds.IsoKeys(state.keys.prefix), run.aborted or "no rounds")
     cluster = gather.cluster_report(
         report, path, run, config, store, state.keys,
         0.0 if interrupted else config.timeouts.exit_barrier,
-        state.gate, state.entries, state.command, state.progress, state.rejected,
+        state.gate, state.command, state.progress,
     )  # fmt: skip
     cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
     state.verdict = cluster.exit_code

@@ -6,6 +6,7 @@ import time
 
 from nccldoctor.cluster.agent import knock
 from nccldoctor.cluster.agent.state import AgentState, PhaseEnd
+from nccldoctor.cluster.diagnosis.node_run import TcpMeasured
 from nccldoctor.cluster.records import PhaseStatus
 from nccldoctor.units import format_link_rate
 
@@ -21,7 +22,6 @@ def run(state: AgentState) -> PhaseEnd:
     deadline = time.monotonic() + probers * (seconds + 6)
     address = run.observed.reach.addresses[0]
     gbps, error = knock.measure_tcp(address, c.gate_port, run.node, c.token, seconds, deadline)
-    run.tcp_gbps = gbps
     if gbps is None:
         return PhaseEnd(error, PhaseStatus.FAIL)
-    return PhaseEnd(format_link_rate(gbps))  # the views' one unit
+    return PhaseEnd(format_link_rate(gbps), result=TcpMeasured(gbps))  # the views' one unit

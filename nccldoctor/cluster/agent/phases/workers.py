@@ -39,13 +39,13 @@ def run(state: AgentState) -> PhaseEnd:
     watch = watchdog.watch_ranks(
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress, world=ended
     )
-    run.workers = outcomes.workers_seen(watch)
-    bad = [r for r in run.ranks if not r.ok]
+    seen = outcomes.workers_seen(watch)
+    bad = [r for r in seen.ranks if not r.ok]
     if watch.stuck_reason:
-        return PhaseEnd(watch.stuck_reason, PhaseStatus.TIMEOUT)
+        return PhaseEnd(watch.stuck_reason, PhaseStatus.TIMEOUT, seen)
     if bad:
-        return PhaseEnd(", ".join(f"rank {r.rank} {r.state}" for r in bad), PhaseStatus.FAIL)
-    return PhaseEnd()
+        return PhaseEnd(", ".join(f"rank {r.rank} {r.state}" for r in bad), PhaseStatus.FAIL, seen)
+    return PhaseEnd(result=seen)
 
 
 def _per_process(state: AgentState, spec: launcher.WorkerSpec) -> list[launcher.Launched]:
