@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccldoctor.cluster.isolate import grouptest, rounds
+from nccldoctor.cluster.isolate import grouptest, rounds, storeio
 from nccldoctor.cluster.isolate.messages import (
     MAX_SIZES,
     MemberResult,
@@ -158,5 +158,5 @@ def test_a_member_says_the_round_it_could_not_read() -> None:
     assert rounds.wait_plan(store, keys, 0.5) is None
     store.set(keys.state(9), "x" * 70_000)
     refused: dict[str, str] = {}
-    assert rounds._read(store, keys.state(9), RunState, "node9", refused) is None
+    assert storeio.read_message(store, keys.state(9), RunState, "node9", refused) is None
     assert refused == {"node9": "70000 bytes, more than the 65536 a node writes"}

@@ -7,6 +7,7 @@ import threading
 
 from nccldoctor.cluster.isolate import results, rounds
 from nccldoctor.cluster.isolate.messages import MemberResult, RoundCall, RunState
+from nccldoctor.cluster.isolate.results import MIN_STALL_S, Pace
 from nccldoctor.cluster.isolate.scheduler import Round
 from nccldoctor.facts.isolation import Isolation
 from tests.ports import free_port
@@ -229,3 +230,64 @@ def test_under_gloo_auto_isolates_when_the_all_node_busbw_ran_at_one_node_s_wire
     assert ran_at_wire(0.05, limited) == ""  # four times node3's probe: it under-measured
     assert ran_at_wire(0.0013, limited) == ""  # a sweep cut short never reached the wire
     assert ran_at_wire(None, limited) == "" and ran_at_wire(0.01, {"node3": 0.1}) == ""
+
+
+def test_a_group_that_never_gets_past_its_first_op_ends_at_the_pace_of_those_that_pass() -> None:
+    """node3 takes its place in every round and never connects (a node behind a firewall): each
+    of its groups ends once it has taken four times as long as the groups that passed took to
+    their first op (at least 2 s), not at the group's 6 s deadline; it is still named faulty."""
+    import time
+
+    from nccldoctor.meet import host_store
+
+    port = free_port()
+    store = host_store(port, 10)
+    keys = rounds.IsoKeys("nccldoctor/stalls")
+    names = {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
+
+    def member(rank: int) -> rounds.Member:
+        return rounds.Member(names[rank], rank, "127.0.0.1", port, "gloo", "lo", 6.0)
+
+    def never_connects() -> None:
+        client = rounds.own_client(member(3), 60)
+        number = 1
+        while True:
+            client.wait([keys.round(number)])
+            if RoundCall.from_json(client.get(keys.round(number))).done:
+                return
+            client.set(keys.took(number, 3), "1")
+            number += 1
+
+    for rank in names:
+        rounds.publish_state(store, keys, rank, rank != 3, "" if rank != 3 else "rank 3 stuck")
+    threads = [threading.Thread(target=never_connects, daemon=True)] + [
+        threading.Thread(target=rounds.take_part, daemon=True,
+                         args=(rounds.own_client(member(r), 30), keys, member(r), 30))
+        for r in (1, 2)
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    answer = rounds.coordinate(store, keys, member(0), names, "auto", {}, 5.0, budget_GBps=NOISE)
+    elapsed = time.monotonic() - started
+    assert isinstance(answer, Isolation)
+    assert {v.node: v.state for v in answer.culprits} == {"node3": "faulty"}
+    stalled = [t for t in answer.tests if "node3" in t.members and t.round > 0]
+    assert stalled and all(t.status == "timeout" for t in stalled)
+    assert all("not past the first op" in t.detail and "node3" in t.detail for t in stalled)
+    # every round of node3's ended long before its 6 s deadline
+    assert elapsed < answer.rounds * (MIN_STALL_S + 3), (elapsed, answer.rounds)
+
+
+def test_the_pace_is_four_times_the_slowest_first_op_that_passed_and_none_before_one() -> None:
+    pace = Pace()
+    assert pace.stall_s(6.0) is None  # no group passed yet: only the deadline ends a group
+    pace.firsts += [0.1, 0.3]
+    assert pace.stall_s(6.0) == MIN_STALL_S
+    pace.firsts.append(1.0)
+    assert pace.stall_s(6.0) == 4.0
+    assert pace.stall_s(4.0) is None  # no sooner than the deadline: the deadline decides
+    assert pace.stalled(["node3"], 4.04) == (
+        "node3 not past the first op 4.0 s after the round's call; "
+        "the groups that passed were within 1.0 s"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from nccldoctor.cluster.worker.collectives import rank_values
 SIZES = ((64 << 10, 5), (1 << 20, 3), (8 << 20, 2))
 CHECK_COUNT = 65_537  # odd: a backend that chunks by rank gets its edge tested
 GRACE_S = 2.0  # past the group's deadline, a member stops waiting for its ops
+OVER_POLL_S = 0.25  # how often a member waiting on its group asks whether the round is over
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,12 @@ class GroupSpec:
     backend: str  # gloo | nccl
     interface: str | None  # the interface gloo binds to (the one towards the master)
     deadline_s: float
+    ready_key: str = ""  # set in the store once the first op is done (the group connected)
 
 
-def run_member(spec: GroupSpec) -> MemberResult:
-    """This node's part, within ``spec.deadline_s`` whatever the group does."""
+def run_member(spec: GroupSpec, over: Callable[[], bool] = lambda: False) -> MemberResult:
+    """This node's part, within ``spec.deadline_s`` whatever the group does, or until ``over()``
+    says the master reads no more of it (a hung op is left to its own timeout in its thread)."""
     result = MemberResult()
     done = threading.Event()
 
@@ -53,9 +57,15 @@ def run_member(spec: GroupSpec) -> MemberResult:
             done.set()
 
     threading.Thread(target=work, name="nccldoctor-isolate", daemon=True).start()
-    if not done.wait(spec.deadline_s + GRACE_S):  # the ops' own timeout is the deadline
-        return MemberResult("timeout", result.init_s, list(result.seconds),
-                            f"no answer within the group's deadline of {spec.deadline_s:.0f} s")  # fmt: skip
+    end = time.monotonic() + spec.deadline_s + GRACE_S  # the ops' own timeout is the deadline
+    while not done.wait(min(OVER_POLL_S, max(0.0, end - time.monotonic()))):
+        if time.monotonic() >= end:
+            why = f"no answer within the group's deadline of {spec.deadline_s:.0f} s"
+        elif over():
+            why = "the master ended the round before this group's test did"
+        else:
+            continue
+        return MemberResult("timeout", result.init_s, list(result.seconds), why)
     return result
 
 
@@ -87,6 +97,8 @@ def _measure(spec: GroupSpec, result: MemberResult) -> None:
         values = rank_values(spec.rank, spec.size, CHECK_COUNT, "float32", device)
         _reduce(group, values)  # the first op: the connections are made by now
         result.init_s = round(time.perf_counter() - started, 4)
+        if spec.ready_key:
+            client.set(spec.ready_key, str(result.init_s))
         expected = sum(rank_values(r, spec.size, CHECK_COUNT, "float32", device)
                        for r in range(spec.size))  # fmt: skip
         if not torch.equal(values, expected):

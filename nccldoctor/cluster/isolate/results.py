@@ -6,9 +6,17 @@ slowest member's time, as nccl-tests combines ranks' times. A member whose resul
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from nccldoctor.cluster.isolate.messages import MemberResult
 from nccldoctor.facts.isolation import GroupTest, SizeRate
+
+# A group whose members took their places and are not past the first op (connections made, one
+# exact allreduce) this many times later than the slowest group that passed was, and at least
+# MIN_STALL_S after the round's call, has stalled: a blocked pair never connects, an MTU trap
+# never gets a frame through, while a slow link is past its first op in its own time.
+STALL_FACTOR = 4.0
+MIN_STALL_S = 2.0
 
 
 def group_test(
@@ -54,3 +62,26 @@ def rates(group: tuple[str, ...], results: Sequence[MemberResult | None]) -> tup
         for size, s in sorted(seconds.items())
         if s > 0
     )
+
+
+@dataclass
+class Pace:
+    """How soon each group that passed was past its first op (seconds from its round's call, as
+    the master saw it), over the run's rounds so far."""
+
+    firsts: list[float] = field(default_factory=list)
+
+    def stall_s(self, deadline_s: float) -> float | None:
+        """How long a group may take to its first op before it has stalled; None while no group
+        passed, or when that is no sooner than the group's deadline."""
+        if not self.firsts:
+            return None
+        limit = max(MIN_STALL_S, STALL_FACTOR * max(self.firsts))
+        return limit if limit < deadline_s else None
+
+    def stalled(self, waiting: Sequence[str], after_s: float) -> str:
+        """Why a group's test ended with ``waiting`` members not past the first op."""
+        return (
+            f"{', '.join(waiting)} not past the first op {after_s:.1f} s after the round's call; "
+            f"the groups that passed were within {max(self.firsts):.1f} s"
+        )

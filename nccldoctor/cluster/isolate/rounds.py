@@ -22,23 +22,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 
 from nccldoctor.cluster.isolate import grouptest
 from nccldoctor.cluster.isolate.messages import MemberResult, Plan, RoundCall, RunState
-from nccldoctor.cluster.isolate.results import group_test
+from nccldoctor.cluster.isolate.results import Pace, group_test
 from nccldoctor.cluster.isolate.scheduler import Round, next_step
+from nccldoctor.cluster.isolate.storeio import read_message, wait_for, wait_message
 from nccldoctor.facts.isolation import GroupTest, Isolation
 from nccldoctor.forensics.stacks import readable
 
 MARGIN_S = 5.0  # a round's results reach the master this long after the group's deadline
-MAX_VALUE_BYTES = 64 << 10  # a member's result is a few hundred bytes
-POLL_S = 0.2  # how often a refused value is read again: a node's own may replace it
+READ_POLL_S = 0.25  # how often the master looks at a round's members: when each was ready
 # A node's TCP rate to the master this far below the others' median: a port negotiated down
 # (1 Gbit/s among 25), a rate limit left behind. The probe is short and shares the CPU with the
 # check: on a loaded machine a healthy node's turn came out at a fifteenth of the median.
 SLOW_LINK_SHARE = 1 / 25
-T = TypeVar("T", RunState, Plan, RoundCall, MemberResult)
 
 
 class IsoKeys:
@@ -59,6 +59,10 @@ class IsoKeys:
 
     def result(self, number: int, rank: int) -> str:
         return f"{self.base}/result/{number}/{rank}"
+
+    def ready(self, number: int, rank: int) -> str:
+        """Set by a member once its group's first op is done: its group is past connecting."""
+        return f"{self.base}/ready/{number}/{rank}"
 
     def group(self, number: int, index: int) -> str:
         return f"{self.base}/pg/{number}/{index}/"
@@ -147,7 +151,7 @@ def close_plan(store: Any, keys: IsoKeys, why: str) -> None:
 
 def wait_plan(store: Any, keys: IsoKeys, timeout_s: float) -> Plan | None:
     """The master's plan, or None when none that reads came in time."""
-    return _wait_message(store, keys.plan, Plan, time.monotonic() + timeout_s, {})
+    return wait_message(store, keys.plan, Plan, time.monotonic() + timeout_s, {})
 
 
 def take_part(
@@ -164,7 +168,7 @@ def take_part(
     while stop is None or not stop.is_set():
         refused: dict[str, str] = {}
         deadline = time.monotonic() + round_wait_s
-        call = _wait_message(store, keys.round(number), RoundCall, deadline, refused)
+        call = wait_message(store, keys.round(number), RoundCall, deadline, refused)
         if call is None:
             came = f"was refused: {refused['master']}" if refused else "never came from the master"
             notes.append(f"round {number} {came} within {round_wait_s:.0f} s")
@@ -178,12 +182,22 @@ def take_part(
             spec = grouptest.GroupSpec(
                 me.master, me.port, keys.group(number, index), members.index(me.name),
                 len(members), me.backend, me.interface, me.deadline_s,
+                keys.ready(number, me.rank),
             )  # fmt: skip
-            result = grouptest.run_member(spec)
+            # the master calls the next round once it is done with this one: one that ended this
+            # group's test as stalled reads no more of it
+            result = grouptest.run_member(spec, partial(_posted, store, keys.round(number + 1)))
             result.error = readable(result.error).strip().splitlines()[0] if result.error else ""
             store.set(keys.result(number, me.rank), result.to_json())
         number += 1
     return notes
+
+
+def _posted(store: Any, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:  # the store is gone: the group's own deadline ends the wait
+        return False
 
 
 def _my_group(groups: Sequence[tuple[str, ...]], name: str) -> tuple[int, tuple[str, ...]] | None:
@@ -225,6 +239,7 @@ def coordinate(
     )  # fmt: skip
     own.start()
     tests = list(_all_node_run(names, states))
+    pace = Pace()
     try:
         while True:
             step = next_step(list(names.values()), tests, budget_GBps)
@@ -232,7 +247,7 @@ def coordinate(
                 break
             progress(f"isolate: round {step.number}, {len(step.groups)} group(s)")
             store.set(keys.round(step.number), RoundCall(tuple(step.groups)).to_json())
-            tests += _read_round(store, keys, step, names, me.deadline_s)
+            tests += _read_round(store, keys, step, names, me.deadline_s, pace)
     finally:
         store.set(keys.round(_next_round(tests)), RoundCall(done=True).to_json())
     own.join(MARGIN_S)
@@ -276,19 +291,25 @@ def _read_states(
     given_up: set[int] = set()
     while True:
         for rank in [r for r, s in states.items() if s is None and r not in given_up]:
-            states[rank] = _read(store, keys.state(rank), RunState, names[rank], refused)
+            states[rank] = read_message(store, keys.state(rank), RunState, names[rank], refused)
         given_up |= {r for r, s in states.items() if s is None and r not in given_up and gone(r)}
         missing = [r for r, s in states.items() if s is None and r not in given_up]
         if not missing or time.monotonic() >= deadline:
             return states
         unset = [keys.state(r) for r in missing if names[r] not in refused]
-        _wait(store, unset[:1], min(1.0, max(0.0, deadline - time.monotonic())))
+        wait_for(store, unset[:1], min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def _read_round(
-    store: Any, keys: IsoKeys, step: Round, names: Mapping[int, str], deadline_s: float
+    store: Any,
+    keys: IsoKeys,
+    step: Round,
+    names: Mapping[int, str],
+    deadline_s: float,
+    pace: Pace,
 ) -> list[GroupTest]:
-    """Each group's test of round ``step``, once every member wrote its result or the round's
+    """Each group's test of round ``step``, once every member wrote its result, its group
+    stalled (results.Pace: the groups that passed in this run set the pace) or the round's
     deadline passed."""
     ranks = {name: rank for rank, name in names.items()}
     members = [m for g in step.groups for m in g]
@@ -300,79 +321,48 @@ def _read_round(
     results: dict[str, MemberResult] = {}
     refused: dict[str, str] = {}
     took: set[str] = set()
+    ready: dict[str, float] = {}  # seconds from the call to a member's first op, as seen here
+    paced: set[int] = set()
+    stalled: dict[int, str] = {}  # group index -> why its test ended early
     while True:
         for name in members:
             if name not in took and store.check([keys.took(step.number, ranks[name])]):
                 took.add(name)
+            if name not in ready and store.check([keys.ready(step.number, ranks[name])]):
+                ready[name] = time.monotonic() - posted
             if name not in results:
-                result = _read(store, keys.result(step.number, ranks[name]), MemberResult, name,
-                               refused)  # fmt: skip
+                result = read_message(store, keys.result(step.number, ranks[name]), MemberResult,
+                                      name, refused)  # fmt: skip
                 if result is not None:
                     results[name] = result
                 if result is not None or name in refused:
                     took.add(name)
-        left = [n for n in members if n not in results]
         now = time.monotonic()
+        for i, group in enumerate(step.groups):
+            if i not in paced and all(m in ready and m in results and results[m].status == "ok"
+                                      for m in group):  # fmt: skip
+                paced.add(i)
+                pace.firsts.append(max(ready[m] for m in group))
+        limit = pace.stall_s(deadline_s)
+        for i, group in enumerate(step.groups):
+            waiting = [m for m in group if m in took and m not in ready and m not in results]
+            if (
+                limit
+                and i not in stalled
+                and waiting
+                and set(group) <= took
+                and now - posted > limit
+            ):
+                stalled[i] = pace.stalled(waiting, now - posted)
+        ended = {m for i in stalled for m in step.groups[i]}
+        left = [n for n in members if n not in results and n not in ended]
         if not left or now >= deadline or (now >= answered_by and not took & set(left)):
             break
         unset = [keys.result(step.number, ranks[n]) for n in left if n not in refused]
-        _wait(store, unset[:1], 0.5)
-    return [group_test(step.number, g, results, took, refused) for g in step.groups]
-
-
-# -- the store --------------------------------------------------------------------------------------
-def _read(store: Any, key: str, kind: type[T], name: str, refused: dict[str, str]) -> T | None:
-    """The message of ``kind`` at ``key``, None when there is none yet or it is refused (then
-    ``refused[name]`` says why, until a later read is not)."""
-    value = _get(store, key)
-    if value is None:
-        return None
-    try:
-        if len(value) > MAX_VALUE_BYTES:
-            raise ValueError(f"{len(value)} bytes, more than the {MAX_VALUE_BYTES} a node writes")
-        message = kind.from_json(value)
-    except ValueError as exc:
-        refused[name] = str(exc)[:200]
-        return None
-    refused.pop(name, None)
-    return message
-
-
-def _get(store: Any, key: str) -> bytes | None:
-    """The value at ``key``, None when unset."""
-    try:
-        if not store.check([key]):
-            return None
-        raw = store.get(key)
-    except Exception:  # the store went away: as good as unset, the deadline decides
-        return None
-    return raw
-
-
-def _wait_message(
-    store: Any, key: str, kind: type[T], deadline: float, refused: dict[str, str]
-) -> T | None:
-    """The master's message of ``kind`` at ``key`` once it is one, or None at the deadline
-    (``refused["master"]``: why what was there was not)."""
-    while True:
-        message = _read(store, key, kind, "master", refused)
-        if message is not None or time.monotonic() >= deadline:
-            return message
-        left = min(1.0, max(0.05, deadline - time.monotonic()))
-        _wait(store, [] if refused else [key], left)
-
-
-def _wait(store: Any, keys: list[str], seconds: float) -> None:
-    """Until the keys are set or ``seconds`` (no keys: ``seconds``); a store that fails at once
-    must not spin."""
-    end = time.monotonic() + seconds
-    if not keys:
-        time.sleep(max(0.0, min(seconds, POLL_S)))
-        return
-    try:
-        store.wait(keys, timedelta(seconds=seconds))
-    except Exception:  # timed out (DistStoreError), or the store is gone
-        time.sleep(max(0.0, end - time.monotonic()))
+        wait_for(store, unset[:1], READ_POLL_S)
+    tests = [group_test(step.number, g, results, took, refused) for g in step.groups]
+    return [dataclasses.replace(t, detail=stalled[i]) if i in stalled and t.status == "timeout"
+            else t for i, t in enumerate(tests)]  # fmt: skip
 
 
 def own_client(me: Member, timeout_s: float) -> Any:
