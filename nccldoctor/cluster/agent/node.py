@@ -112,8 +112,7 @@ class NodeAgent:
                 run.hold(outcomes.workers_seen(watch))
             shown, path = report.run(state)
             if state.leader:  # the node's other processes show this report and exit with it
-                code = shown.exit_code if state.verdict is None else state.verdict
-                state.leader.announce(code, path)
+                state.leader.announce(shown.exit_code, path)
             return shown, path
         finally:
             for sig, handler in previous.items():
@@ -191,5 +190,4 @@ def run_check(
         return run_follower(config, env, command, progress)
     agent = NodeAgent(config, env, command, progress)
     report, path = agent.execute()
-    verdict = agent.state.verdict
-    return report, path, report.exit_code if verdict is None else verdict
+    return report, path, report.exit_code

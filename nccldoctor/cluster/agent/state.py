@@ -61,7 +61,6 @@ class AgentState:
     launched: list[launcher.Launched] = field(default_factory=list)
     bootstrap_probe: tuple[str, concurrent.futures.Future] | None = None
     started: float = field(default_factory=time.monotonic)
-    verdict: int | None = None  # the cluster report's exit code, once known here
 
     @property
     def node_dir(self) -> Path:

@@ -19,7 +19,8 @@ VERDICT_MARGIN_S = 10.0
 
 
 def run(state: AgentState) -> tuple[Report, Path]:
-    """The report to show (the cluster's on the master) and its path."""
+    """The report to show (the cluster's on the master) and its path; its exit code is the
+    cluster's verdict wherever this node heard it (Report.exit_code)."""
     config, run = state.config, state.run
     store = state.store if state.keys and run.node_rank is not None else None
     if store is not None and not run.is_master and gather.master_lost(run, config, store):
@@ -34,8 +35,8 @@ def run(state: AgentState) -> tuple[Report, Path]:
             gather.publish(store, state.keys, run.node_rank, report, path, not interrupted)
             if not interrupted:  # the master's exit barrier and merge, then a margin
                 wait = config.timeouts.exit_barrier + VERDICT_MARGIN_S
-                state.verdict = gather.await_verdict(store, state.keys, wait)
-                _exits_with(state.verdict, report, path, state.progress)
+                verdict = gather.await_verdict(store, state.keys, wait)
+                _exits_with(verdict, report, path, state.progress)
         return report, path
     if store is not None and run.isolation is None:  # no node waits for rounds that never come
         rounds.close_plan(store, rounds.IsoKeys(state.keys.prefix), run.aborted or "no rounds")
@@ -45,8 +46,7 @@ def run(state: AgentState) -> tuple[Report, Path]:
         state.gate, state.command, state.progress,
     )  # fmt: skip
     cluster_path = _write(cluster, config.run_dir / "check-cluster.json", "cluster", state.progress)
-    state.verdict = cluster.exit_code
-    _exits_with(state.verdict, report, path, state.progress)
+    _exits_with(cluster.exit_code, report, path, state.progress)
     if store is not None:
         # interrupted (scancel, a launcher's SIGTERM): its kill follows, and this node's own
         # other processes wait for the verdict from this process: no lingering for readers
