@@ -136,5 +136,6 @@ def stopped(job: JobSeen) -> Problem | None:
         fix="Something stopped the watch: a scheduler's time limit (Slurm sends SIGTERM, then "
         "SIGKILL after KillWait), scancel or kill, or a closed terminal (SIGHUP: run it under "
         "nohup, tmux or sbatch). A job that ignores SIGTERM loses its last checkpoint: save "
-        "one in a SIGTERM handler.",
+        "one in a SIGTERM handler, and give it the seconds it takes with `nccldoctor watch "
+        "--grace S` (10 by default).",
     )

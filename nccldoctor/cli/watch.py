@@ -36,6 +36,15 @@ def watch(
     keep_running: Annotated[
         bool, typer.Option("--keep-running", help="Report a hang but leave the job running.")
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            envvar="NCCLDOCTOR_WATCH_GRACE",
+            help="Seconds the job gets after SIGTERM, when watch ends it (a hang, or watch told "
+            "to stop), before SIGKILL: a job that saves a checkpoint on SIGTERM may need more.",
+        ),
+    ] = 10.0,
     master: Annotated[
         str | None,
         typer.Option(
@@ -67,6 +76,8 @@ def watch(
 
     if hang_after <= 0:
         raise abort("--hang-after must be positive")
+    if grace < 0:
+        raise abort("--grace must be zero or more")
     argv = ["nccldoctor", *sys.argv[1:]]
     node = node_name or socket.gethostname()
     # A folder of this run's own (docs/report.md#run-folder): the job's NCCL logs, its ranks'
@@ -108,7 +119,7 @@ def watch(
     try:
         with shown:
             outcome = run_watched(
-                WatchConfig(command, run_dir, hang_after, keep_running, peers, node),
+                WatchConfig(command, run_dir, hang_after, keep_running, peers, node, grace),
                 on_event=say,
                 on_hang=lambda o: write(o, final=False),
                 on_status=shown.status,

@@ -34,7 +34,6 @@ from nccldoctor.watch.peers import WatchPeers
 INJECT_DIR = Path(__file__).parent / "inject"
 POLL_S = 1.0
 GATHER_S = 20.0  # how long a watcher waits for the other nodes' evidence after a hang
-TERMINATE_GRACE_S = 10.0
 
 
 @dataclass
@@ -45,6 +44,7 @@ class WatchConfig:
     keep_running: bool = False
     peers: WatchPeers | None = None  # the other nodes' watchers, when --master is given
     node: str | None = None  # how the report names this node (default: the hostname)
+    grace_s: float = 10.0  # from SIGTERM to SIGKILL, when watch ends the job (--grace)
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def run_watched(
     try:
         while job.poll() is None:
             now = time.monotonic()
-            stop.kill_after(TERMINATE_GRACE_S, on_event)
+            stop.kill_after(config.grace_s, on_event)
             tracker.observe(_sample(job.pid, watch_dir, now, sum(p.bytes for p in pumps)))
             idle = tracker.job_idle_for(now)
             ranks = sum(p.rank is not None for p in known_processes(watch_dir).values())
@@ -163,7 +163,7 @@ def run_watched(
                 on_hang(outcome)
                 if not config.keep_running:
                     on_event("ending the hung job")
-                    stop_groups([job], TERMINATE_GRACE_S)
+                    stop_groups([job], config.grace_s)
                     outcome.ended_by_watch = True
             time.sleep(POLL_S)
     finally:
@@ -291,7 +291,7 @@ class _Stop:
         """SIGKILL to the job's group once it outlived ``grace`` after the stop signal."""
         if self.signal is None or self.killed or time.monotonic() - self.at < grace:
             return
-        on_event(f"the job outlived {grace:.0f} s after SIGTERM: killing it")
+        on_event(f"the job outlived {grace:g} s after SIGTERM: killing it")
         if self.job is not None:
             _signal_group(self.job, signal.SIGKILL)
         self.killed = True

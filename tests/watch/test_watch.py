@@ -155,14 +155,16 @@ def test_missing_command_is_a_usage_error(tmp_path):
     assert "no-such-cmd-x" in proc.stderr
 
 
-@pytest.mark.parametrize("value", ["0", "-5"])
-def test_bad_hang_after(tmp_path, value):
+@pytest.mark.parametrize(("option", "value"), [("--hang-after", "0"), ("--hang-after", "-5"),
+                                               ("--grace", "-1")])  # fmt: skip
+def test_bad_hang_after_or_grace(tmp_path, option, value):
     proc = subprocess.run(
-        [sys.executable, "-m", "nccldoctor", "watch", "--hang-after", value, "--", "true"],
+        [sys.executable, "-m", "nccldoctor", "watch", option, value, "--", "true"],
         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2
+    assert f"{option} must be" in proc.stderr
 
 
 def test_a_log_deleted_mid_run_does_not_end_the_watch_as_crashed(tmp_path):
