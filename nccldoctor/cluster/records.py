@@ -16,17 +16,16 @@ circle.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, get_type_hints
+from typing import Any
 
 from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import RankOutcome, RankResult
-from nccldoctor.facts.serde import from_dict, to_dict
+from nccldoctor.facts.serde import from_dict, read_fields, to_dict
 from nccldoctor.jsondoc import json_object, parse
 
 
@@ -130,23 +129,7 @@ class PhaseRow:
             ValueError: not such a row: not an object, a key missing, a value of another type,
                 a status this version does not know.
         """
-        if not isinstance(data, dict):
-            raise ValueError(f"not an object but {type(data).__name__}")
-        values = {}
-        for name, kind in _field_types(cls).items():
-            if name not in data:
-                raise ValueError(f"no {name}")
-            try:
-                values[name] = kind(data[name]) if kind is PhaseStatus else (
-                    from_dict(kind, data[name], strict=True))  # fmt: skip
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{name}: {exc}") from None
-        return cls(**values)
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
+        return read_fields(cls, data, every_key=True)
 
 
 @dataclass

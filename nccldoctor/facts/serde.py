@@ -10,6 +10,7 @@ clear "malformed report" rather than letting it reach the checks.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
@@ -35,6 +36,37 @@ def from_dict(cls: type[T], data: Any, strict: bool = False) -> T:
     ``strict``: null only where the type allows None (a document of one writer, read whole),
     else it stands for anything (a report's older producers wrote null for unknowns)."""
     return _convert(cls, data, strict)
+
+
+def read_fields(cls: type[T], data: Any, *, every_key: bool = False, only_known: bool = False) -> T:
+    """``cls`` from the JSON object ``data`` another process wrote, each field read strictly
+    (:func:`from_dict`) and named when it does not read; an enum field by its value.
+    ``every_key``: each field must be there (a default would make up a value the writer always
+    wrote); ``only_known``: a key ``cls`` has no field for is refused.
+
+    Raises:
+        ValueError: saying which field does not read and why.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"not an object but {type(data).__name__}")
+    hints = _hints(cls)
+    unknown = next((key for key in data if key not in hints), None) if only_known else None
+    if unknown is not None:
+        raise ValueError(f"an unknown key {str(unknown)[:40]!r}")
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            if every_key or (f.default is dataclasses.MISSING
+                             and f.default_factory is dataclasses.MISSING):  # fmt: skip
+                raise ValueError(f"no {f.name}")
+            continue
+        kind, value = hints[f.name], data[f.name]
+        try:
+            is_enum = isinstance(kind, type) and issubclass(kind, enum.Enum)
+            values[f.name] = kind(value) if is_enum else _convert(kind, value, True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{f.name}: {exc}") from None
+    return cls(**values)
 
 
 @functools.cache

@@ -11,6 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checks import run_checks
 from nccldoctor.cluster.agent import gather, rendezvous
@@ -21,6 +23,7 @@ from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.world import HelloFlood, Rejected, WorldSeen
 from nccldoctor.meet import host_store
 from nccldoctor.report import Report
+from tests.cluster.test_isolate_messages import JSON  # any JSON value
 from tests.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
@@ -109,7 +112,9 @@ ENTRY = {"slot": 1, "name": "node1", "advertised": "198.18.0.2", "seen": "198.18
         ({"slot": 7}, "it claims slot 7"),
         ({"name": "\x1b]0;x\x07"}, "its name is not a host name"),
         ({"procs": 0}, "procs 0 is not 1..4096"),
-        ({"procs": True}, "procs is a boolean"),
+        ({"procs": True}, "procs: expected int, got bool"),
+        ({"requested_rank": "0"}, "requested_rank: expected int, got str"),
+        ({"slot": None}, "slot: expected int, got null"),
         ({"skew_s": float("nan")}, "skew_s is not a finite number"),
         ({"facts": {"node": 5}}, "facts: node is an integer, not string"),
         # what the schema leaves open and the Facts do not: a driver version that is a number
@@ -125,6 +130,15 @@ def test_a_node_entry_that_is_not_one_is_refused_with_why(change, why):
     facts = from_dict(NodeFacts, ENTRY["facts"])
     assert peer.node_entry(json.dumps(ENTRY), 1) == (NodeEntry(**{**ENTRY, "facts": facts}), "")
     assert peer.node_entry(json.dumps({**ENTRY, **change}), 1) == (None, why)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.sampled_from([*ENTRY, "extra"]), value=JSON)
+def test_any_value_in_any_field_of_an_entry_is_an_entry_or_refused(key, value):
+    entry, why = peer.node_entry(json.dumps({**ENTRY, key: value}), 1)
+    assert (entry is None) == bool(why)
+    if entry is not None:  # read as the node would write it again
+        assert peer.node_entry(entry.to_json(), 1) == (entry, "")
 
 
 NODE0 = NodeEntry(slot=0, name="node0", facts=NodeFacts("node0"))

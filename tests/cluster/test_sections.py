@@ -18,15 +18,9 @@ from nccldoctor.cluster.records import PhaseRow, PhaseStatus
 from nccldoctor.model import Severity
 from nccldoctor.report import Report
 from tests.cluster.synthetic import synthetic_run
+from tests.cluster.test_isolate_messages import JSON  # any JSON value
 
 UNREAD = "report.section-unread"
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
 # Where the merge reads a node's report, and the rows and values inside
 PLACES = [("phases",), ("phases", 0), ("phases", 0, "status"), ("phases", 0, "started"),
           ("ranks",), ("ranks", 0), ("ranks", 0, "rank"), ("ranks", 0, "state"), ("run",),

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from nccldoctor.cluster.records import NodeEntry
-from nccldoctor.facts import NodeFacts, from_dict
+from nccldoctor.facts.serde import read_fields
 from nccldoctor.report import Report
 from nccldoctor.report.load import ReportError, report_from_document
 
@@ -27,17 +27,6 @@ MAX_ENTRY_BYTES = 4 << 20  # a node's Facts: tens of KB
 MAX_DEPTH = 48  # a report nests about 8 deep; the views and rules recurse over it
 MAX_INT = 2**63  # larger ones overflow the float conversions of the rules and views
 NAME_CHARS = 255
-_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
-    "slot": (int,),
-    "name": (str,),
-    "advertised": (str,),
-    "seen": (str,),
-    "procs": (int,),
-    "cuda": (bool,),
-    "requested_rank": (int, type(None)),
-    "skew_s": (int, float),
-    "facts": (dict,),
-}
 _MAX_PROCS = 4096
 _MAX_PATH = 4096  # Linux's PATH_MAX
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -73,36 +62,25 @@ def node_entry(raw: bytes | str, slot: int) -> tuple[NodeEntry | None, str]:
     data, why = _read(raw, MAX_ENTRY_BYTES)
     if data is None:
         return None, why
-    if not isinstance(data, dict):
-        return None, f"not a JSON object but {_kind(data)}"
-    for key, value in data.items():
-        if key not in _ENTRY_TYPES:
-            return None, f"an unknown key {key[:40]!r}"
-        if not isinstance(value, _ENTRY_TYPES[key]) or (
-            isinstance(value, bool) and bool not in _ENTRY_TYPES[key]
-        ):
-            return None, f"{key} is {_kind(value)}"
-    if data.get("slot") != slot:
-        return None, f"it claims slot {data.get('slot')!r}"
-    name = data.get("name")
-    if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS or not name.isprintable():
+    facts = data.get("facts") if isinstance(data, dict) else None
+    if isinstance(facts, dict) and (why := schema_error(facts, _schema()["$defs"]["node_facts"])):
+        return None, f"facts: {why}"  # the schema's reason names the place in the Facts
+    try:  # each field of the record, the Facts whole, strictly: what is not a field is refused
+        entry = read_fields(NodeEntry, data, only_known=True)
+    except ValueError as exc:
+        return None, str(exc)[:200]
+    if entry.slot != slot:
+        return None, f"it claims slot {entry.slot}"
+    if not 0 < len(entry.name) <= NAME_CHARS or not entry.name.isprintable():
         return None, "its name is not a host name"
-    for key in ("advertised", "seen"):  # addresses, quoted in findings and the report
-        text = data.get(key, "")
-        if len(text) > NAME_CHARS or not text.isprintable():
+    for key, text in (("advertised", entry.advertised), ("seen", entry.seen)):
+        if len(text) > NAME_CHARS or not text.isprintable():  # quoted in findings and the report
             return None, f"its {key} address is not an address"
-    if not 0 < data.get("procs", 1) <= _MAX_PROCS:
-        return None, f"procs {data['procs']} is not 1..{_MAX_PROCS}"
-    if not math.isfinite(data.get("skew_s", 0.0)):
+    if not 0 < entry.procs <= _MAX_PROCS:
+        return None, f"procs {entry.procs} is not 1..{_MAX_PROCS}"
+    if not math.isfinite(entry.skew_s):
         return None, "skew_s is not a finite number"
-    why = schema_error(data.get("facts", {}), _schema()["$defs"]["node_facts"])
-    if why:
-        return None, f"facts: {why}"
-    try:  # what the schema leaves open (a null where the Facts hold a value) is no Facts
-        facts = from_dict(NodeFacts, data.get("facts", {}), strict=True)
-    except (TypeError, ValueError) as exc:
-        return None, f"facts: {str(exc)[:200]}"
-    return NodeEntry(**{**data, "facts": facts}), ""
+    return entry, ""
 
 
 def claimed_name(raw: bytes | str) -> str:

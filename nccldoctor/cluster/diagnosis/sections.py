@@ -18,7 +18,7 @@ from typing import Any
 from nccldoctor.cluster.records import PhaseRow
 from nccldoctor.facts.ranks import RankOutcome
 from nccldoctor.facts.run import PortProbe
-from nccldoctor.facts.serde import from_dict
+from nccldoctor.facts.serde import from_dict, read_fields
 from nccldoctor.facts.world import SectionUnread
 from nccldoctor.report import Report
 
@@ -164,7 +164,7 @@ def _stuck_row(row: Any) -> StuckRow:
 
 
 def _port_probe(value: Any) -> PortProbe:
-    return from_dict(PortProbe, _object(value), strict=True)
+    return read_fields(PortProbe, value)
 
 
 def _wire(value: Any) -> dict[str, float | None]:
@@ -179,7 +179,7 @@ def _listed(value: Any, worlds: dict[tuple, Listed | str]) -> Listed:
            len(nodes), repr(nodes[:1]), repr(nodes[-1:]))  # fmt: skip
     if key not in worlds:
         try:
-            worlds[key] = from_dict(Listed, section, strict=True)
+            worlds[key] = read_fields(Listed, section)
         except (TypeError, ValueError) as exc:
             worlds[key] = str(exc)
     listed = worlds[key]
