@@ -13,17 +13,21 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 PORT = "29400"
 WAIT = 20.0  # --timeout: every wait of the run
 # The budgets short enough for a shared 2-core machine, long enough for its torch imports.
-# The isolation rounds are tested on their own; the faults of these tests are not to be paired
-# off after them (--isolate auto runs rounds when an all-node run fails).
-FAST = ["--timeout", str(WAIT), "--phase-timeout", "bandwidth_budget=2",
-        "--phase-timeout", "exit_barrier=25", "--phase-timeout", "settle=2",
-        "--isolate", "never"]  # fmt: skip
+# The bandwidth sweep and each node's TCP turn only need to happen (a row, a rate), not to be
+# precise. The isolation rounds are tested on their own; the faults of these tests are not to be
+# paired off after them (--isolate auto runs rounds when an all-node run fails).
+FAST = ["--timeout", str(WAIT), "--phase-timeout", "bandwidth_budget=0.5",
+        "--phase-timeout", "tcp_probe=0.5", "--phase-timeout", "exit_barrier=25",
+        "--phase-timeout", "settle=2", "--isolate", "never"]  # fmt: skip
 # Start-up (torch imports) plus the phases a healthy run walks through, on a loaded machine.
 HEALTHY_DEADLINE = 150.0
 # The phase a fault stalls ends at this deadline rather than WAIT: long enough for its healthy
 # part (the small sizes, the store connect, the other nodes' arrival) on a loaded machine, short
 # for the wall time. Start-up budgets stay as they are.
 STALL_S = 8
+# A phase that waits in vain with nothing healthy inside it (a node that never joins, a port that
+# drops every packet, the results of a killed node) ends at this deadline: it only has to expire.
+EXPIRE_S = 4
 # init stalls until its deadline: gloo's own timeout (the collective one) ends the waiting rank's
 # init first, as under --timeout alone, so that rank fails where it would have, not stalls
 STALLED_INIT = ["--phase-timeout", f"init={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
@@ -87,21 +91,6 @@ def by_category(report, category):
     return [f for f in report["findings"] if f["category"] == category]
 
 
-def test_four_nodes_two_procs_each(lab):
-    lab = lab(4)
-    runs = start_all(lab, 4, extra=["--procs-per-node", "2"])
-    lab.wait(runs, HEALTHY_DEADLINE + 60)
-    for run in runs:
-        assert run.rc == 0, run.stderr[-3000:]
-    assert_reports(runs)
-    cluster = runs[0].cluster_report()
-    assert cluster["exit_code"] == 0
-    assert cluster["cluster"]["world_size"] == 8
-    assert sorted(r["rank"] for r in cluster["ranks"]) == list(range(8))
-    assert {r["node"] for r in cluster["ranks"]} == {"node0", "node1", "node2", "node3"}
-    assert cluster["mnist"]["params_identical"] is True
-
-
 def test_wrong_socket_ifname_on_one_node(lab):
     lab = lab(2)
     wrong = {"NCCL_SOCKET_IFNAME": "ib9", "GLOO_SOCKET_IFNAME": "ib9"}
@@ -148,11 +137,11 @@ def test_master_port_dropped_by_firewall(lab):
     master = lab.hosts[0]
     master.exec("iptables", "-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", PORT, "-j", "DROP")
     # node1's reach and the master's rendezvous wait for each other in vain
-    runs = start_all(lab, 2, extra=["--phase-timeout", f"reach={STALL_S}",
-                                    "--phase-timeout", f"rendezvous={STALL_S}"])  # fmt: skip
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"reach={EXPIRE_S}",
+                                    "--phase-timeout", f"rendezvous={EXPIRE_S}"])  # fmt: skip
     lab.wait(runs, 3 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
-    assert_reports(runs, reach=STALL_S)
+    assert_reports(runs, reach=EXPIRE_S)
     node = runs[1].node_report()
     assert node["findings"][-1]["id"] == "run.master-port-blocked"
     assert by_category(node, "firewall_or_port")[0]["node"] == "node1"
@@ -165,7 +154,7 @@ def test_master_port_dropped_by_firewall(lab):
 
 def test_three_nodes_expected_two_started(lab):
     lab = lab(3)
-    runs = start_all(lab, 3, extra=["--phase-timeout", f"rendezvous={STALL_S}"], count=2)
+    runs = start_all(lab, 3, extra=["--phase-timeout", f"rendezvous={EXPIRE_S}"], count=2)
     lab.wait(runs, 2 * WAIT + 60)
     assert [run.rc for run in runs] == [3, 3]
     assert_reports(runs)
@@ -181,7 +170,7 @@ def test_node_killed_mid_run(lab):
 
     lab = lab(2)
     # the master's exit barrier waits in vain for the killed node's results
-    runs = start_all(lab, 2, extra=["--phase-timeout", f"exit_barrier={STALL_S}"],
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"exit_barrier={EXPIRE_S}"],
                      env_for={"node1": {"NCCLDOCTOR_FAULT": "hang:ddp:rank=1"}})  # fmt: skip
     events = lab_out(lab, lab.hosts[1]) / "node1" / "latest" / "rank1" / "events.jsonl"
     deadline = time.monotonic() + HEALTHY_DEADLINE
@@ -238,7 +227,7 @@ def test_worker_fault_in_allreduce(lab, kind):
 def test_wrong_token(lab):
     lab = lab(2)
     # the master's rendezvous waits in vain for the node it refused
-    runs = start_all(lab, 2, extra=["--phase-timeout", f"rendezvous={STALL_S}"],
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"rendezvous={EXPIRE_S}"],
                      env_for={"node0": {"NCCLDOCTOR_TOKEN": "tok-A7f3q"},
                               "node1": {"NCCLDOCTOR_TOKEN": "tok-B9k2z"}})  # fmt: skip
     lab.wait(runs, 2 * WAIT + 60)
