@@ -14,7 +14,7 @@ import pytest
 from nccldoctor.cluster.agent.launcher import Launched
 from nccldoctor.cluster.agent.outcomes import workers_seen
 from nccldoctor.cluster.agent.watchdog import GRACE_S, WORLD_GRACE_S, watch_ranks
-from nccldoctor.cluster.agent.worldend import WorkersEnded, WorldEnd
+from nccldoctor.cluster.agent.worldend import STORE_S, WorkersEnded, WorldEnd
 from nccldoctor.cluster.diagnosis.node_report import nccl_section
 from nccldoctor.cluster.timeouts import Timeouts
 from nccldoctor.facts.ranks import OutcomeState
@@ -203,3 +203,20 @@ def free_port() -> int:
 )  # fmt: skip
 def test_an_end_that_is_no_record_is_no_end(text):
     assert WorkersEnded.from_json(text) is None
+
+
+def test_a_store_that_went_away_is_no_end_and_is_not_asked_again() -> None:
+    import time
+
+    from nccldoctor.meet import host_store
+
+    port = free_port()
+    server = host_store(port, 10)
+    world = WorldEnd.connect("127.0.0.1", port, "nccldoctor/run")
+    assert world is not None and world.ended() is None
+    del server  # the master's agent is gone, and its store with it
+    started = time.monotonic()
+    world.end(WorkersEnded("A", 0, "barrier", "exit code 3"))
+    assert world.ended() is None and world.ended() is None
+    assert time.monotonic() - started < 2 * STORE_S
+    assert WorldEnd.connect("127.0.0.1", port, "nccldoctor/run") is None

@@ -16,11 +16,13 @@ from typing import Any
 
 from nccldoctor.cluster.records import WORKER_PHASES
 from nccldoctor.jsondoc import as_int, json_object
+from nccldoctor.meet import RendezvousError, connect_store
 
 WHY_CHARS = 300
 NAME_CHARS = 255
 MAX_VALUE_BYTES = 4096
 STARTUP = "startup"  # a rank that ended before its first phase
+STORE_S = 2.0  # one call to the store: what a master gone silent costs the watchdog, once
 
 
 @dataclass(frozen=True)
@@ -64,23 +66,39 @@ class WorkersEnded:
 
 class WorldEnd:
     """The all-node run's end in the master's store, under the run's ``prefix``; best effort:
-    a store that went away is no end, and every rank keeps its own deadline."""
+    a store that failed once is no end from then on, and every rank keeps its own deadline."""
 
     def __init__(self, store: Any, prefix: str) -> None:
         self._store = store
         self.key = f"{prefix}/workers-ended"
+        self._failed = False
+
+    @classmethod
+    def connect(cls, master: str, port: int, prefix: str) -> WorldEnd | None:
+        """Through a store client of its own, whose every call ends within ``STORE_S``: the
+        watchdog looks twice a second and must not wait out the node's longer store timeout
+        for a master gone silent. None when the store cannot be reached now."""
+        try:
+            return cls(connect_store(master, port, STORE_S), prefix)
+        except RendezvousError:
+            return None
 
     def end(self, ended: WorkersEnded) -> None:
         """Tell the other nodes, unless a rank ended first (its end stays the one told)."""
+        if self._failed:
+            return
         try:
             self._store.compare_set(self.key, "", ended.to_json())
         except Exception:  # the store is gone: the others keep their deadlines
-            return
+            self._failed = True
 
     def ended(self) -> WorkersEnded | None:
+        if self._failed:
+            return None
         try:
             if not self._store.check([self.key]):
                 return None
             return WorkersEnded.from_json(self._store.get(self.key))
         except Exception:  # the store is gone: no end heard
+            self._failed = True
             return None

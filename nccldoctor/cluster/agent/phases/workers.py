@@ -35,7 +35,7 @@ def run(state: AgentState) -> PhaseEnd:
         state.launched = launcher.launch(spec, state.env, fork=_can_fork(state))
     else:
         state.launched = _per_process(state, spec)
-    ended = WorldEnd(state.store, state.keys.prefix) if state.store and state.keys else None
+    ended = WorldEnd.connect(c.master, c.port, state.keys.prefix) if state.keys else None
     watch = watchdog.watch_ranks(
         state.launched, run.node, c.timeouts, world.backend, on_change=state.progress, world=ended
     )
