@@ -15,7 +15,8 @@ from typing import Literal
 # How a group's test ended, as the nodes that ran it reported it:
 #   ok       every member initialised, reduced exactly and timed its sizes
 #   error    a member's init or collective raised, or the sum was wrong
-#   timeout  a member passed the group's deadline (the round went on without it)
+#   timeout  a member passed the group's deadline, or the group stalled before its first op
+#            (rounds.py: the round went on without it)
 #   absent   a member never took its place in the group: the others learned nothing
 #   slow     judged so by whoever ran it (the all-node run below what its links carry)
 GroupStatus = Literal["ok", "error", "timeout", "absent", "slow"]
