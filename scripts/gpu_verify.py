@@ -322,11 +322,8 @@ def check(run: Run) -> None:
     port = 29400 if lab else free_port_pair()
     args = ["--master", master, "--nodes", "2", "--port", str(port), "--backend", run.backend,
             "--timeout", "120", "--run-name", "run"]  # fmt: skip
-    if run.mode == "cpu":
-        args += [
-            "--phase-timeout",
-            "bandwidth_budget=1",
-        ]  # the dry run proves the path, not the rate
+    if run.mode == "cpu":  # the dry run proves the path, not the rate
+        args += ["--phase-timeout", "bandwidth_budget=1", "--phase-timeout", "tcp_probe=0.5"]
     procs, files = [], []
     try:
         for i in range(2):
@@ -430,8 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="gpu-verify-"))
     run = Run(scratch / ARCHIVE_ROOT, mode, args.budget_s)
     started = time.monotonic()
-    hang_after = 20.0 if mode == "gpu" else 6.0  # 6 s: a loaded CI machine's job still moves
     gpu = mode == "gpu"
+    hang_after = 20.0 if gpu else 6.0  # 6 s: a loaded CI machine's job still moves
+    # A stall on gloo: both ranks are past their start by step 3 and rank 0 waits without a
+    # core, so the job is quiet from the stall on (tests/watch/test_watch.py's stall waits 3 s).
+    stall_after = hang_after if gpu else 3.0
     steps = {
         "machine": lambda: machine(run),
         "preflight": lambda: preflight(run),
@@ -447,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # watch, which takes CPU time for progress, still sees the hang is this step's question.
         # Where it does not, PyTorch's own watchdog ends the job at the 60 s timeout and dumps
         # the Flight Recorder, so the archive holds real NCCL dumps either way.
-        "watch-stalled": lambda: watch(run, "watch-stalled", True, "stall:1:3", hang_after, 130),
+        "watch-stalled": lambda: watch(run, "watch-stalled", True, "stall:1:3", stall_after, 130),
         # last: the performance note's baseline gets what time the evidence left
         "bare": lambda: bare(run) if gpu else skip(run, "bare", "a baseline for the GPU's timings"),
     }
