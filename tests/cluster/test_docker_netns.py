@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.cluster.test_check_netns import FAST, PORT, STALL_S, STALLED_INIT
+from tests.cluster.test_check_netns import EXPIRE_S, FAST, PORT, STALL_S, STALLED_INIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -59,27 +59,11 @@ def test_docker_bridge_the_master_finds_itself_and_the_verdict_names_nat_first(l
     assert answered < ANSWER_WITHIN, answered
 
 
-def test_docker_host_network_is_healthy(lab):
-    lab = lab(2, docker="host")
-    runs = _start(lab)
-    lab.wait(runs, 150)
-    for run in runs:
-        assert run.rc == 0, (run.host.name, run.stdout[-3000:])
-    doc = runs[0].cluster_report()
-    assert doc["verdict"] == "healthy" and not _ids(doc, "warn")
-    (node0,) = [n for n in doc["nodes"] if n["node"] == "node0"]
-    assert node0["container"]["runtime"] == "docker"
-    assert node0["container"]["network_mode"] == "host"
-    lan = next(i for i in node0["network"]["interfaces"] if i["name"] == "eth0")
-    assert lan["ipv4"] == [f"{lab.hosts[0].address}/24"]
-    assert f"eth0 {lab.hosts[0].address}" in runs[0].stdout
-
-
 def test_only_the_store_port_published_each_node_says_it_cannot_tell(lab):
     """`-p 29400:29400` alone: nccldoctor's own port is not forwarded, so no node hears its
     hello; each says so, with --node-rank 0 as the remedy, never "never started"."""
     lab = lab(2, docker="bridge", publish=PUBLISHED[:1])
-    runs = _start(lab, extra=["--phase-timeout", f"reach={STALL_S}"])  # reach waits in vain
+    runs = _start(lab, extra=["--phase-timeout", f"reach={EXPIRE_S}"])  # reach waits in vain
     lab.wait(runs, 90)
     for run in runs:
         doc = run.node_report()
@@ -102,16 +86,24 @@ def test_node_rank_0_twice_the_second_master_says_so(lab):
     assert master.rc in (1, 3) and second.rc == 3
 
 
-def test_containers_with_one_hostname_are_told_apart(lab):
-    """`docker run --hostname trainer` on both servers, no node name given: each node is named
-    by its hostname, and the world adds the node rank to the shared one."""
+def test_docker_host_network_is_healthy_and_one_hostname_is_told_apart(lab):
+    """The fix: the same containers on the host's network, healthy. Each started with
+    `docker run --hostname trainer`, no node name given: each node is named by its hostname,
+    and the world adds the node rank to the shared one."""
     lab = lab(2, docker="host", hostname="trainer")
     runs = _start(lab, env={"NCCLDOCTOR_NODE_NAME": ""})  # the hostname names the node
     lab.wait(runs, 150)
     for run in runs:
-        assert run.rc == 0, run.stdout[-3000:]
+        assert run.rc == 0, (run.host.name, run.stdout[-3000:])
     # a run's folder is named at its start, by the hostname; the report after the world's name
     doc = json.loads((runs[0].out / "trainer" / "latest" / "check-cluster.json").read_text())
+    assert doc["verdict"] == "healthy" and not _ids(doc, "warn")
     assert sorted(n["node"] for n in doc["nodes"]) == ["trainer#0", "trainer#1"]
     assert sorted(r["node"] for r in doc["ranks"]) == ["trainer#0", "trainer#1"]
     assert (runs[1].out / "trainer" / "latest" / "check-trainer#1.json").is_file()
+    (node0,) = [n for n in doc["nodes"] if n["node"] == "trainer#0"]
+    assert node0["container"]["runtime"] == "docker"
+    assert node0["container"]["network_mode"] == "host"
+    lan = next(i for i in node0["network"]["interfaces"] if i["name"] == "eth0")
+    assert lan["ipv4"] == [f"{lab.hosts[0].address}/24"]
+    assert f"eth0 {lab.hosts[0].address}" in runs[0].stdout
