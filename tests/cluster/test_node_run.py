@@ -7,7 +7,7 @@ from nccldoctor.cluster.diagnosis.node_run import NodeRun, Place, Preflight, Rol
 from nccldoctor.cluster.records import PhaseRow, World, WorldNode
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.env import EnvFacts, IfList
-from nccldoctor.facts.run import HelloReply, NcclBootstrap
+from nccldoctor.facts.run import HelloReply, NcclBootstrap, PortProbe
 from nccldoctor.model import Finding, Severity
 
 
@@ -30,10 +30,15 @@ def test_a_phases_result_is_held_and_read_through_the_run():
     world = World("r1", "gloo", [WorldNode(0, 0, "head", "198.18.0.1", "198.18.0.1", 1, 0),
                                  WorldNode(1, 1, "trainer", "198.18.0.2", "198.18.0.2", 1, 1)],
                   expected=2)  # fmt: skip
-    for result in (preflight(), Role("r1", master=False), Place(world, 1), TcpMeasured(9.4), None):
+    probe = PortProbe("198.18.0.1:40001", True, "", "198.18.0.2:40002", False, "timed out", 3.0)
+    nccl = NcclBootstrap("libnccl.so.2", 0, None, ("eth0", "198.18.0.2"))
+    for result in (preflight(), Role("r1", master=False), Place(world, 1), nccl, TcpMeasured(9.4),
+                   probe, None):  # fmt: skip
         run.hold(result)
     assert (run.run_id, run.is_master, run.world, run.node_rank) == ("r1", False, world, 1)
     assert run.tcp == TcpMeasured(9.4) and run.preflight and run.preflight.cuda is False
+    # what the run rules judge goes where they read it
+    assert run.observed.port_probe is probe and run.observed.bootstrap is nccl
 
 
 def test_the_facts_take_what_the_run_measured_in_place_of_preflights_predictions():

@@ -13,7 +13,7 @@ from nccldoctor.cluster.records import NodeEntry, PhaseRow, WorkersSeen, World
 from nccldoctor.facts import NetworkFacts, NodeFacts
 from nccldoctor.facts.isolation import Isolation
 from nccldoctor.facts.ranks import RankOutcome
-from nccldoctor.facts.run import RunObserved
+from nccldoctor.facts.run import NcclBootstrap, PortProbe, RunObserved
 from nccldoctor.facts.world import Rejected
 from nccldoctor.model import AreaState, Finding
 
@@ -54,15 +54,20 @@ class TcpMeasured:
     gbps: float
 
 
-# What a phase may return for the node run to hold (the workers' own record, the rounds' answer).
-PhaseResult = Preflight | Role | Place | TcpMeasured | WorkersSeen | Isolation
+# What a phase may return for the node run to hold: besides the records above, libnccl's own
+# bootstrap and the port probe (observations the run rules judge), the workers' own record and
+# the rounds' answer.
+PhaseResult = (
+    Preflight | Role | Place | NcclBootstrap | TcpMeasured | PortProbe | WorkersSeen | Isolation
+)
 
 
 @dataclass
 class NodeRun:
     """Everything this node observed, turned into its report at the end: each phase's result
-    (None: that phase did not get as far), the phase rows, and ``observed``, which the phases
-    fill as they go (a failed phase's observations stand too)."""
+    (None: that phase did not get as far), the phase rows, and ``observed``, what the run rules
+    judge: the results of bootstrap and ports, and what reach and rendezvous saw on the way,
+    which they write as they go (a failed phase's observations stand too)."""
 
     node: str
     port: int = 0  # the store's port (--port)
@@ -90,8 +95,12 @@ class NodeRun:
                 self.role = result
             case Place():
                 self.place = result
+            case NcclBootstrap():
+                self.observed.bootstrap = result
             case TcpMeasured():
                 self.tcp = result
+            case PortProbe():
+                self.observed.port_probe = result
             case WorkersSeen():
                 self.workers = result
             case Isolation():

@@ -17,7 +17,7 @@ def run(state: AgentState) -> PhaseEnd:
     library, future = state.bootstrap_probe
     probe = future.result(timeout=state.config.timeouts.bootstrap + 5)
     used = bootstrap_interface(probe.output_lines)
-    state.run.observed.bootstrap = NcclBootstrap(
+    seen = NcclBootstrap(
         library, probe.rc, probe.error, used, probe.output_lines[-BOOTSTRAP_LINES:]
     )
-    return PhaseEnd(f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error))
+    return PhaseEnd(f"NCCL picks {used[0]} ({used[1]})" if used else str(probe.error), result=seen)

@@ -14,7 +14,6 @@ def run(state: AgentState) -> PhaseEnd:
         return PhaseEnd.skipped("the master listens")
     probe = knock.probe_ports(run.observed.reach.addresses[0], c.gate_port, probe_port,
                              run.node, c.token, c.timeouts.port_probe)  # fmt: skip
-    run.observed.port_probe = probe
     if probe.blocked:
-        return PhaseEnd(f"{probe.to_master} or back: dropped", PhaseStatus.FAIL)
-    return PhaseEnd(f"{probe.to_master} and back: ok")
+        return PhaseEnd(f"{probe.to_master} or back: dropped", PhaseStatus.FAIL, probe)
+    return PhaseEnd(f"{probe.to_master} and back: ok", result=probe)
