@@ -15,6 +15,7 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.probes import env as env_probe
 from nccldoctor.probes import network
 from nccldoctor.probes.network import parse_ip_addr_json
+from tests.strategies import json_values
 
 PARSED = (
     "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_ALGO", "NCCL_PROTO", "NCCL_DEBUG",
@@ -38,17 +39,15 @@ def test_env_values_never_crash_probe_or_checks(env):
         findings(check_id, facts)  # asserts that no check crashed
 
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["ifname", "flags", "mtu", "addr_info", "local", "prefixlen", "family",
-                         "linkinfo", "info_kind", "operstate", "ifindex"]), inner, max_size=4),
-    max_leaves=12,
+# JSON keyed by the names the reader looks for in `ip -j addr`
+_ip_addr_json = json_values(
+    st.sampled_from(["ifname", "flags", "mtu", "addr_info", "local", "prefixlen", "family",
+                     "linkinfo", "info_kind", "operstate", "ifindex"])
 )  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)
-@given(_json)
+@given(_ip_addr_json)
 def test_captured_addresses_fail_only_with_known_errors(doc):
     # the errors the probe catches and records as "unreadable"; anything else fails the test
     with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):

@@ -20,6 +20,7 @@ from nccldoctor.cluster.isolate.messages import (
     RunState,
 )
 from tests.ports import free_port
+from tests.strategies import JSON
 
 MESSAGES = [
     RunState(False, "rank 1 stuck in barrier", "eth0"),
@@ -81,15 +82,6 @@ def test_a_node_writes_what_its_reader_accepts() -> None:
 def test_what_is_no_message_is_refused_with_why(kind, text, why) -> None:
     with pytest.raises(ValueError, match=why):
         kind.from_json(text)
-
-
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
 
 
 @settings(max_examples=400, deadline=None)

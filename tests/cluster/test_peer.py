@@ -23,8 +23,8 @@ from nccldoctor.facts import NodeFacts, from_dict
 from nccldoctor.facts.world import HelloFlood, Rejected, WorldSeen
 from nccldoctor.meet import host_store
 from nccldoctor.report import Report
-from tests.cluster.test_isolate_messages import JSON  # any JSON value
 from tests.ports import free_port
+from tests.strategies import JSON
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reports"
 HEALTHY = json.loads((FIXTURES / "healthy-check.json").read_text())

@@ -24,6 +24,7 @@ from nccldoctor.facts.ranks import (
     Skipped,
 )
 from nccldoctor.facts.serde import to_dict
+from tests.strategies import JSON
 
 SUM = -0.5712890625
 SHA = "9f2c" * 16
@@ -108,13 +109,6 @@ def test_the_agent_reads_no_result_from_a_folder_without_a_good_one(tmp_path):
     assert load_result(tmp_path) == RESULT
 
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
 FIELDS = list(json.loads(DOCUMENT))
 
 

@@ -18,7 +18,7 @@ from nccldoctor.cluster.records import PhaseRow, PhaseStatus
 from nccldoctor.model import Severity
 from nccldoctor.report import Report
 from tests.cluster.synthetic import synthetic_run
-from tests.cluster.test_isolate_messages import JSON  # any JSON value
+from tests.strategies import JSON
 
 UNREAD = "report.section-unread"
 # Where the merge reads a node's report, and the rows and values inside
