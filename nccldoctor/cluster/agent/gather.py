@@ -26,6 +26,8 @@ from nccldoctor.report.document import EXIT_FAIL, EXIT_INCOMPLETE, EXIT_OK, with
 
 STORE_PING_S = 2.0  # a live store answers in milliseconds; a dying master never does
 VERDICT_LINGER_S = 5.0  # a node waiting for the verdict reads it in milliseconds
+# What reading a value of an unexpected type raises (a dict where a list was, a missing key)
+_UNEXPECTED_VALUE = (TypeError, ValueError, LookupError, AttributeError)
 
 
 def publish(
@@ -177,19 +179,22 @@ def merge_or_leave_out(
     gathered: merge.Gathered,
     names: Mapping[int, str],
 ) -> Report:
-    """The merge of the master's report with the others (node rank -> report). A report that
-    held to the schema (peer.py) and still breaks the merge is found by merging each alone with
-    the master's, and left out as a rejected result: the cluster report is written regardless."""
+    """The merge of the master's report with the others (node rank -> report). The merge reads
+    each section it judges by with its types checked (sections.py) and runs the rules behind
+    their crash guard, so no report known breaks it; one that held to the schema (peer.py) and
+    still does, by the errors a value of an unexpected type raises where it was read loosely, is
+    found by merging each alone with the master's and left out as a rejected result: the cluster
+    report is written regardless."""
     reports = [own, *((others[r].extra.get("report_path"), others[r]) for r in sorted(others))]
     try:
         return merge.merge_reports(reports, gathered)
-    except Exception:  # some node's report breaks it: which one, is found below
+    except _UNEXPECTED_VALUE:  # some node's report breaks it: which one, is found below
         pass
     kept: list[tuple[str | None, Report]] = [own]
     for rank in sorted(others):
         try:
             merge.merge_reports([own, (None, others[rank])], gathered)
-        except Exception as exc:
+        except _UNEXPECTED_VALUE as exc:
             why = f"the merge failed on it: {type(exc).__name__}: {str(exc)[:200]}"
             rejection = Rejected("result", names.get(rank, str(rank)), f"result/{rank}", why)
             gathered = dataclasses.replace(gathered, rejected=[*gathered.rejected, rejection])
