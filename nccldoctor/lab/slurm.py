@@ -101,6 +101,28 @@ class SlurmLab:
             check=False,
         )
 
+    def settle(self, timeout: float = 60.0) -> None:
+        """Ready for the next job: every job cancelled and gone, what its tasks left behind on
+        the nodes killed (a worker whose task was SIGKILLed outlives it), each node's firewall
+        and link shaping undone, and every node idle again."""
+        assert self.net is not None
+        deadline = time.monotonic() + timeout
+        while jobs := self.run(["squeue", "-h", "-o", "%i"]).stdout.split():
+            if time.monotonic() > deadline:
+                raise NetLabError(f"jobs {jobs} still queued after {timeout:.0f} s")
+            self.run(["scancel", *jobs])
+            time.sleep(0.5)
+        for host in self.compute:
+            pids = subprocess.run(["ip", "netns", "pids", host.ns], capture_output=True,
+                                  text=True, check=False).stdout.split()  # fmt: skip
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    if b"SLURM_JOB_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+                        os.kill(int(pid), signal.SIGKILL)
+            self.net.exec(host, "iptables", "-F", "INPUT")
+            self.net.exec(host, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+        self._wait_idle(max(1.0, deadline - time.monotonic()))
+
     def close(self) -> None:
         for proc in reversed(self._procs):
             if proc.poll() is None:

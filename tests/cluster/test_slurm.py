@@ -22,22 +22,31 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.lab.slurm import SlurmLab, slurm_possible
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, STALL_S, WAIT
+from tests.cluster.test_check_netns import EXPIRE_S, FAST, HEALTHY_DEADLINE, STALL_S, WAIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def slurm(tmp_path: Path) -> Iterator[SlurmLab]:
+@pytest.fixture(scope="module")
+def slurm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmLab]:
+    """One Slurm for the module's jobs, run one after another as on a cluster."""
     if not slurm_possible():
         pytest.skip("needs root, ip netns and slurm-wlm + munge (scripts/setup-tests.sh)")
-    lab = SlurmLab(2, tmp_path / "slurm", prefix=f"198.18.{20 + secrets.randbelow(200)}")
+    folder = tmp_path_factory.mktemp("slurm")
+    lab = SlurmLab(2, folder, prefix=f"198.18.{20 + secrets.randbelow(200)}")
     try:
         yield lab.build()
     finally:
         lab.close()
+
+
+@pytest.fixture
+def slurm(slurm_lab: SlurmLab) -> Iterator[SlurmLab]:
+    """The module's Slurm, left for the next test as it was found: no job, no firewall."""
+    yield slurm_lab
+    slurm_lab.settle()
 
 
 def run(lab: SlurmLab, argv: list[str], cwd: Path, extra: dict | None = None):
@@ -105,22 +114,13 @@ def reports(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*/*/check-*.json"))}
 
 
-def test_srun_one_task_per_node_healthy(slurm, tmp_path):
-    rc, _, err = srun_check(slurm, tmp_path / "out")
-    assert rc == 0, err[-3000:]
-    found = reports(tmp_path / "out")
-    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
-    # Each task found its node rank and the master in Slurm's variables, no flags given.
-    assert [found[f"check-node{i}"]["nodes"][0]["node"] for i in (0, 1)] == ["node0", "node1"]
-    assert found["check-cluster"]["exit_code"] == 0
-
-
 def test_srun_two_tasks_per_node_healthy(slurm, tmp_path):
     rc, out, err = srun_check(slurm, tmp_path / "out", per_node=2)
     assert rc == 0, err[-3000:]
     found = reports(tmp_path / "out")
     assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
     ranks = found["check-cluster"]["ranks"]
+    # No flag given: the master, the nodes and each task's rank come from Slurm's variables.
     # Each task is the rank srun gave it (SLURM_PROCID), two per node, none forked twice.
     assert [(r["rank"], r["node"], r["local_rank"], r["state"]) for r in ranks] == [
         (0, "node0", 0, "ok"), (1, "node0", 1, "ok"), (2, "node1", 0, "ok"), (3, "node1", 1, "ok"),
@@ -130,10 +130,10 @@ def test_srun_two_tasks_per_node_healthy(slurm, tmp_path):
 
 def test_srun_two_tasks_per_node_with_a_firewalled_node(slurm, tmp_path):
     # The fault under srun once, with the tasks per node that make the launch harder: one task
-    # per node meets it the same way (its launch is the healthy test's)
+    # per node meets it the same way (its launch is the docs' sbatch script's, which meets it too)
     firewall_ephemeral_ports(slurm, 1)
     out = tmp_path / "out"
-    rc, stdout, err = srun_check(slurm, out, "--phase-timeout", f"init={STALL_S}", per_node=2)
+    rc, stdout, err = srun_check(slurm, out, "--phase-timeout", f"init={EXPIRE_S}", per_node=2)
     assert rc == 1, err[-3000:]  # every task exits with the check's verdict, none with its own
     blocked = [f["node"] for f in reports(out)["check-node1"]["findings"]
                if f["id"] == "run.ephemeral-port-blocked"]  # fmt: skip
@@ -241,9 +241,10 @@ def test_srun_local_rank_0_killed_its_other_task_reports_it(slurm, tmp_path):
     # DDP step. Its second task hears it from the closed connection, writes its own report
     # naming it and exits 3; node0's tasks name node1 as lost. What only waits for the lost
     # node ends at STALL_S: the DDP step (gloo's timeout first, as under --timeout alone) and
-    # the master's exit barrier.
+    # the master's exit barrier, which has nothing to wait for but the lost node (EXPIRE_S).
     out = tmp_path / "out"
-    stalls = [f"--phase-timeout={name}={STALL_S}" for name in ("ddp", "collective", "exit_barrier")]
+    stalls = [f"--phase-timeout={name}={STALL_S}" for name in ("ddp", "collective")]
+    stalls.append(f"--phase-timeout=exit_barrier={EXPIRE_S}")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         killed = pool.submit(kill_when_in, out, 2, "node1", "ddp", HEALTHY_DEADLINE,
                              signal.SIGKILL)  # fmt: skip
@@ -290,8 +291,10 @@ def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
     if broken:
         firewall_ephemeral_ports(slurm, 1)
     # The script passes no timeouts: the check reads them from the job's environment.
-    timeouts = {"NCCLDOCTOR_TIMEOUT": str(WAIT), "NCCLDOCTOR_TIMEOUT_INIT": str(STALL_S),
-                "NCCLDOCTOR_TIMEOUT_BANDWIDTH_BUDGET": "2", "NCCLDOCTOR_TIMEOUT_SETTLE": "2"}  # fmt: skip
+    timeouts = {"NCCLDOCTOR_TIMEOUT": str(WAIT), "NCCLDOCTOR_TIMEOUT_BANDWIDTH_BUDGET": "2",
+                "NCCLDOCTOR_TIMEOUT_SETTLE": "2"}  # fmt: skip
+    if broken:  # init waits in vain on the firewalled node's ports
+        timeouts["NCCLDOCTOR_TIMEOUT_INIT"] = str(EXPIRE_S)
     rc, err = sbatch(slurm, "job.sh", tmp_path, timeouts)
     log = next(tmp_path.glob("ddp-*.out")).read_text()
     if broken:
@@ -301,7 +304,12 @@ def test_sbatch_script_of_the_docs(slurm, tmp_path, broken):
     else:
         assert rc == 0, (err, log[-3000:])
         assert sorted(re.findall(r"trained on (\d)", log)) == ["0", "1"]
-    assert (tmp_path / "nccldoctor-check" / "node0" / "latest" / "check-cluster.json").is_file()
+    found = reports(tmp_path / "nccldoctor-check")
+    assert sorted(found) == ["check-cluster", "check-node0", "check-node1"]
+    # One task per node: each is its node's agent and found its node rank in SLURM_NODEID
+    # (that the master needs no flag either is the two-tasks-per-node test's).
+    assert [found[f"check-node{i}"]["nodes"][0]["node"] for i in (0, 1)] == ["node0", "node1"]
+    assert found["check-cluster"]["exit_code"] == rc
 
 
 def test_uneven_tasks_are_a_usage_error_on_every_task(slurm, tmp_path):
