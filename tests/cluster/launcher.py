@@ -86,7 +86,7 @@ def launch(
             run_id=run_id,
             backend="gloo",
             rank_dir=str(rank_dir),
-            timeouts=WorkerTimeouts(**{"bandwidth_budget": 2.0, **(timeouts or {})}),
+            timeouts=WorkerTimeouts(**{"bandwidth_budget": 0.5, **(timeouts or {})}),
             bandwidth_sizes=config.get("bandwidth_sizes", SMALL_SIZES),
             ddp_steps=config.get("ddp_steps", 3),
             **{k: v for k, v in config.items() if k not in ("bandwidth_sizes", "ddp_steps")},
