@@ -20,13 +20,15 @@ from tests.closed_pipe import run_reader_leaves
 from tests.cluster.netns import run_folder
 
 pytestmark = [pytest.mark.slow]
+# The bandwidth sweep and the TCP turn only need to happen (a row, a rate), not to be precise.
+BUDGETS = ["--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=0.5",
+           "--phase-timeout", "tcp_probe=0.5"]  # fmt: skip
 
 
 def start(
     i: int, port: int, out: Path, fault: str | None = None, nodes: list[str] = ("--nodes", "2")
 ) -> subprocess.Popen:
-    args = ["--master", "127.0.0.1", *nodes, "--node-rank", str(i), "--port", str(port),
-            "--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=1"]  # fmt: skip
+    args = ["--master", "127.0.0.1", *nodes, "--node-rank", str(i), "--port", str(port), *BUDGETS]
     return start_check(args, out=out, node_name=f"n{i}", env=os.environ,
                        extra_env={"NCCLDOCTOR_FAULT": fault} if fault else None,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -111,8 +113,7 @@ def test_report_merge_of_the_node_files_is_the_masters_cluster_report(tmp_path):
 def test_a_reader_that_left_costs_the_output_not_the_reports_or_the_verdict(tmp_path):
     """`nccldoctor check | head -1` where head has gone when the verdict is printed: no
     traceback, the report and the page written, the exit code the report's."""
-    args = ["--master", "127.0.0.1", "--nodes", "1", "--port", str(free_port_pair()),
-            "--backend", "gloo", "--timeout", "30", "--phase-timeout", "bandwidth_budget=1"]  # fmt: skip
+    args = ["--master", "127.0.0.1", "--nodes", "1", "--port", str(free_port_pair()), *BUDGETS]
     out = tmp_path / "n0"
     run = run_reader_leaves(check_argv(out, args), check_env(os.environ, "n0"),
                             tmp_path / "stderr", read_bytes=0, timeout_s=180)  # fmt: skip
