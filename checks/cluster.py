@@ -11,12 +11,10 @@ import ipaddress
 from collections.abc import Callable, Sequence
 
 from checks import RANKS_STOPPED, Problem, check
+from checks.ncclenv import settings_differ
 from checks.netfacts import master_link
 from nccldoctor.facts import NodeFacts
 from nccldoctor.model import Severity
-
-# Variables that differ by design from node to node (files per host, ranks, addresses).
-_PER_NODE_VARIABLES = ("NCCL_DEBUG_FILE", "NCCL_HOSTID", "NCCL_COMM_ID")
 
 
 def _groups(
@@ -119,22 +117,7 @@ def gpu_model_differs(nodes: list[NodeFacts]) -> Problem | None:
 @check("cluster.nccl-env-differs", area="cluster", category="env_config", scope="cluster")
 def nccl_env_differs(nodes: list[NodeFacts]) -> Problem | None:
     """NCCL_* variables differ between nodes (a setting on some nodes only)."""
-    names = sorted({name for f in nodes for name in f.env.variables
-                    if name.startswith("NCCL_") and name not in _PER_NODE_VARIABLES})  # fmt: skip
-    differing = []
-    for name in names:
-        values = {f.node: f.env.variables.get(name, "(unset)") for f in nodes}
-        if len(set(values.values())) > 1:
-            differing.append(f"{name}: " + ", ".join(f"{n}={v}" for n, v in values.items()))
-    if not differing:
-        return None
-    return Problem(
-        Severity.WARN,
-        f"{len(differing)} NCCL variable(s) differ between nodes",
-        differing,
-        "Set NCCL_* the same way on every node (one env file, or "
-        "/etc/nccl.conf on each); per-node interface names are the exception.",
-    )
+    return settings_differ({f.node: f.env.variables for f in nodes}, "nodes", Severity.WARN)
 
 
 @check("cluster.master-address-differs", area="cluster", category="env_config", scope="cluster")

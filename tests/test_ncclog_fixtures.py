@@ -149,7 +149,27 @@ def test_version_and_nranks_disagreement(tmp_path):
     ids = {f.id: f for f in findings}
     assert ids["logs.version-mismatch"].category == "version_mismatch"
     assert ids["logs.nranks-mismatch"].severity is Severity.FAIL
-    assert "NCCL_ALGO" in ids["logs.env-differs"].title
+    differs = ids["logs.env-differs"]
+    assert differs.title == "1 NCCL variable(s) differ between processes"
+    assert differs.evidence == ["NCCL_ALGO: node-a:1=Ring, node-b:2=(unset)"]
+
+
+def test_the_one_process_whose_setting_differs_is_named_among_many(tmp_path):
+    """Eight processes, one with NCCL_ALGO=Tree: the evidence names it, the seven others are
+    counted; each host's own NCCL_HOSTID is no difference (as between nodes in a check)."""
+    for rank in range(8):
+        line = f"node-{rank // 4}:{100 + rank}:{100 + rank} [0] NCCL INFO "
+        algo = "Tree" if rank == 5 else "Ring"
+        (tmp_path / f"{rank}.log").write_text(
+            f"{line}NCCL version 2.21.5+cuda12.4\n"
+            f"{line}NCCL_ALGO set by environment to {algo}\n"
+            f"{line}NCCL_HOSTID set by environment to host{rank // 4}\n"
+        )
+    _, findings = explain(expand_inputs([str(tmp_path)]))
+    (differs,) = [f for f in findings if f.id == "logs.env-differs"]
+    assert differs.evidence == [
+        "NCCL_ALGO: Tree on node-1:105; Ring on node-0:100, node-0:101, node-0:102 and 4 more"
+    ]
 
 
 def test_collective_mismatch_at_one_opcount(tmp_path):

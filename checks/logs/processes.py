@@ -4,10 +4,10 @@ that differ, NCCL errors no signature explains, connection retries.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator
 
 from checks import Problem, check
+from checks.ncclenv import settings_differ
 from nccldoctor.model import Severity
 from nccldoctor.ncclog.summary import LogReading
 
@@ -48,31 +48,8 @@ def version_mismatch(reading: LogReading) -> Problem | None:
 @check("logs.env-differs", area="logs", category="env_config", scope="logs")
 def env_differs(reading: LogReading) -> Problem | None:
     """NCCL_* settings differ between processes (or are unset on some)."""
-    procs = list(reading.logs.processes.values())
-    if len(procs) < 2:
-        return None
-    env_values: dict[str, dict[str, str]] = defaultdict(dict)
-    for p in procs:
-        for name, value in p.env.items():
-            env_values[name][p.key] = value
-    differing = {
-        n: v for n, v in env_values.items() if len(set(v.values())) > 1 or len(v) < len(procs)
-    }
-    if not differing:
-        return None
-    evidence = [
-        f"{n}: "
-        + ", ".join(f"{k}={v}" for k, v in sorted(vals.items())[:6])
-        + ("" if len(vals) == len(procs) else f" (unset on {len(procs) - len(vals)} processes)")
-        for n, vals in sorted(differing.items())
-    ]
-    return Problem(
-        Severity.WARN,
-        f"NCCL_* settings differ between processes: {', '.join(sorted(differing))}",
-        evidence,
-        "Set NCCL_* variables identically on every node (different NCCL_ALGO/PROTO/IB_* values\n"
-        "make ranks choose differently and hang). Check ~/.nccl.conf and /etc/nccl.conf too.",
-    )
+    processes = sorted(reading.logs.processes.values(), key=lambda p: p.key)
+    return settings_differ({p.key: p.env for p in processes}, "processes", Severity.WARN)
 
 
 @check("logs.nccl-error", area="logs", category="other", scope="logs")
