@@ -8,7 +8,6 @@ Used by tests/cluster/test_merge.py, tests/cluster/test_scale_units.py and bench
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,13 +53,15 @@ class SyntheticRun:
 
 
 def synthetic_run(nodes: int, procs: int = 2, hang_rank: int | None = None) -> SyntheticRun:
-    template = json.loads(TEMPLATE.read_text())
+    template = TEMPLATE.read_text()
     world_nodes = [
         WorldNode(i, i, f"node{i}", _address(i), _address(i), procs, i * procs)
         for i in range(nodes)
     ]
     world = World("5ca1ab1e0000", "gloo", world_nodes, nodes)
-    docs = [_node_doc(template, node, world, hang_rank) for node in world_nodes]
+    # every node's report lists the same world: built once, each report a copy of its own
+    cluster = json.dumps(merge.cluster_section(world_nodes[0].address, world, {}))
+    docs = [_node_doc(template, node, cluster, hang_rank) for node in world_nodes]
     entries = [
         NodeEntry(
             n.slot, n.name, n.address, n.seen, procs, facts=from_dict(NodeFacts, doc["nodes"][0])
@@ -75,8 +76,8 @@ def _address(i: int) -> str:
     return f"198.18.{i // 250}.{i % 250 + 1}"
 
 
-def _node_doc(template: dict, node: WorldNode, world: World, hang_rank: int | None) -> dict:
-    doc = copy.deepcopy(template)
+def _node_doc(template: str, node: WorldNode, cluster: str, hang_rank: int | None) -> dict:
+    doc = json.loads(template)
     name = node.name
     doc["nodes"][0]["node"] = name
     for item in (*doc["findings"], *doc["phases"]):
@@ -100,7 +101,7 @@ def _node_doc(template: dict, node: WorldNode, world: World, hang_rank: int | No
             )
         ranks.append(rank)
     doc["ranks"] = ranks
-    doc["cluster"] = merge.cluster_section(world.nodes[0].address, world, {})
+    doc["cluster"] = json.loads(cluster)
     doc["run"].update(node=name, node_rank=node.node_rank, master=node.node_rank == 0)
     doc["report_path"] = f"/tmp/check/check-{name}.json"
     return doc

@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nccldoctor.cluster.agent import gather
 from nccldoctor.cluster.agent.rendezvous import Keys, gather_entries
 from nccldoctor.cluster.diagnosis.merge import merge_reports
@@ -24,7 +26,7 @@ from nccldoctor.facts import NodeFacts
 from nccldoctor.facts.ranks import OutcomeState, RankOutcome
 from nccldoctor.report.answer import answer
 from nccldoctor.report.load import report_from_document
-from tests.cluster.synthetic import synthetic_run
+from tests.cluster.synthetic import SyntheticRun, synthetic_run
 
 
 def test_tcp_turns_fit_the_total_budget():
@@ -36,8 +38,20 @@ def test_tcp_turns_fit_the_total_budget():
     assert timeouts_from(None, ["tcp_probe=0.5"]).tcp_turn(7) == 0.5
 
 
-def _merge_seconds(nodes: int) -> float:
-    run = synthetic_run(nodes, hang_rank=3)
+@pytest.fixture(scope="module")
+def hung512() -> SyntheticRun:
+    """512 nodes, rank 3 stuck and every other rank timed out: built once for the tests that
+    merge it (a merge leaves the run as it was)."""
+    return synthetic_run(512, hang_rank=3)
+
+
+@pytest.fixture(scope="module")
+def healthy512() -> SyntheticRun:
+    return synthetic_run(512)
+
+
+def _merge_seconds(run: SyntheticRun) -> float:
+    nodes = len(run.world.nodes)
     gc.disable()
     try:
         start = time.perf_counter()
@@ -53,10 +67,11 @@ def _merge_seconds(nodes: int) -> float:
     return elapsed
 
 
-def test_master_merge_is_linear_in_nodes():
-    _merge_seconds(8)  # imports and caches, once
-    small = min(_merge_seconds(64) for _ in range(3))
-    large = min(_merge_seconds(512) for _ in range(2))
+def test_master_merge_is_linear_in_nodes(hung512):
+    _merge_seconds(synthetic_run(8, hang_rank=3))  # imports and caches, once
+    small_run = synthetic_run(64, hang_rank=3)
+    small = min(_merge_seconds(small_run) for _ in range(3))
+    large = min(_merge_seconds(hung512) for _ in range(2))
     assert large < small * 8 * 3  # 8x the nodes: about 8x the time (quadratic would be 64x)
 
 
@@ -100,8 +115,8 @@ def test_hang_verdict_stays_a_line_at_any_scale():
     assert rank_label([7]) == "rank 7" and rank_label([5, 1, 2, 3, 9, 10]) == "ranks 1-3, 5, 9, 10"
 
 
-def test_the_answer_of_512_nodes_stays_short():
-    text = answer(synthetic_run(512, hang_rank=3).merge().to_dict())
+def test_the_answer_of_512_nodes_stays_short(hung512):
+    text = answer(hung512.merge().to_dict())
     assert text.startswith(
         "Check of 1024 ranks on 512 nodes, backend gloo. The run hung in allreduce_correctness "
         "(rank 3 on node1). Rank 3 on node node1 never finished allreduce_correctness; "
@@ -175,13 +190,14 @@ class _CountedList(list):
         return super().__iter__()
 
 
-def test_merging_node_report_files_reads_the_world_once():
+def test_merging_node_report_files_reads_the_world_once(healthy512):
     """Every node's report lists the whole world: `nccldoctor report` reads that list once, not
     once per report (512 nodes would walk 512 x 512 entries)."""
-    docs = synthetic_run(512).documents()[:-1]  # the last node's report is lost
+    docs = healthy512.documents()[:-1]  # the last node's report is lost
     parts = [(f"/r/{d['run']['node']}.json", report_from_document(d)) for d in docs]
-    for _, report in parts:
-        report.extra["cluster"]["nodes"] = _CountedList(report.extra["cluster"]["nodes"])
+    for _, report in parts:  # a section of its own: the documents stay as they were
+        cluster = report.extra["cluster"]
+        report.extra["cluster"] = {**cluster, "nodes": _CountedList(cluster["nodes"])}
     _CountedList.walks = 0
     cluster = merge_reports(parts).extra["cluster"]
     assert _CountedList.walks == 1
@@ -201,10 +217,10 @@ class _DictStore:
         return int(self.data[key])
 
 
-def test_a_nodes_result_for_the_master_does_not_grow_with_the_world():
+def test_a_nodes_result_for_the_master_does_not_grow_with_the_world(healthy512):
     sizes = []
-    for nodes in (8, 512):
-        doc = synthetic_run(nodes).others[1]
+    for nodes, run in ((8, synthetic_run(8)), (512, healthy512)):
+        doc = run.others[1]
         store = _DictStore()
         gather.publish(store, Keys("r"), 1, report_from_document(doc), Path("/r/node1.json"))
         sent = json.loads(store.data[Keys("r").result(1, 1)])
