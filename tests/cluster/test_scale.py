@@ -26,9 +26,8 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 NODES, PROCS = 8, 2
 # 24 processes importing torch on two shared cores take many times what real nodes do: init gets
-# room (it costs a healthy run nothing). A short TCP turn per node: the turns only need to happen.
-LEAN = ["--procs-per-node", str(PROCS), "--phase-timeout", "tcp_probe=0.5",
-        "--phase-timeout", "init=45"]  # fmt: skip
+# room (it costs a healthy run nothing). Each node's TCP turn is FAST's short one.
+LEAN = ["--procs-per-node", str(PROCS), "--phase-timeout", "init=45"]
 # 16 gloo ranks on two cores need 10-20 s for the correctness phase's 40 allreduces, which share
 # one collective deadline (--timeout 20): room for them in the healthy run.
 ROOMY_COLLECTIVES = ["--phase-timeout", "collective=45"]
