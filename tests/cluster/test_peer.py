@@ -264,6 +264,26 @@ def test_a_report_that_breaks_the_merge_is_left_out_and_the_rest_merged(monkeypa
     assert cluster.extra["run"]["nodes_reported"] == 2  # the master's and node-c's
 
 
+def test_a_merge_that_fails_on_every_report_is_a_bug_not_a_bad_node(monkeypatch):
+    """What no value of a report raises (here a RuntimeError from the merge itself, on any
+    report beside the master's) is not taken for a node's bad report: leaving the nodes out
+    would hide the bug behind rejections."""
+    real = merge.merge_reports
+
+    def broken(reports, gathered=None):
+        if len(reports) > 1:
+            raise RuntimeError("a bug in the merge")
+        return real(reports, gathered)
+
+    monkeypatch.setattr(merge, "merge_reports", broken)
+    own = Report.from_dict(copy.deepcopy(HEALTHY))
+    good = Report.from_dict({**copy.deepcopy(HEALTHY), "report_path": "/good.json"})
+    world = rendezvous.plan_world("run1", "gloo", [NodeEntry(slot=0, name="node-a")], 1)
+    gathered = merge.Gathered(master="198.18.0.1", world=world, port=29400)
+    with pytest.raises(RuntimeError, match="a bug in the merge"):
+        gather.merge_or_leave_out(("/own.json", own), {1: good}, gathered, {1: "node-b"})
+
+
 def test_the_master_keeps_its_store_up_until_every_node_read_the_verdict(store):
     """The store goes down with the master's agent: a node that asked for the verdict a moment
     after it was set found no store, and exited with its own code, not the cluster's."""
