@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import pytest
 
 from checks import Check, Problem, all_checks, summary
 from nccldoctor.docs import finding_doc_path
+from nccldoctor.docs.__main__ import main as docs_main
 from nccldoctor.docs.build import catalogue, generate, stale_files, write_pages
 from nccldoctor.docs.pages import render_check_page, render_index
 from nccldoctor.docs.refs import load_refs
@@ -27,61 +29,56 @@ FENCE = re.compile(r"^(`{3,}).*?^\1", re.M | re.S)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
-def run_docs(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "nccldoctor.docs", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+def run_docs(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``python -m nccldoctor.docs ARGS``'s exit code and stderr, run in this process (the
+    command itself is run once, by the test below)."""
+    capsys.readouterr()
+    code = docs_main(list(args))
+    return code, capsys.readouterr().err
 
 
-def test_committed_docs_are_up_to_date():
-    result = run_docs("--check")
-    assert result.returncode == 0, result.stderr
+def test_committed_docs_are_up_to_date_and_built_without_the_cli():
+    """``python -m nccldoctor.docs --check`` as CI runs it; the field guide is built from the
+    library (checks, catalogue), never through the CLI: ``-X importtime`` names every module the
+    command imported."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "nccldoctor.docs", "--check"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120, cwd=REPO,
+    )  # fmt: skip
+    lines = result.stderr.splitlines()
+    said = [line for line in lines if not line.startswith("import time:")]
+    assert result.returncode == 0, "\n".join(said)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in lines if line not in said]
+    assert "nccldoctor.docs.build" in imported and "checks" in imported
+    assert not [name for name in imported if name.startswith("nccldoctor.cli")], imported
 
 
-def test_the_docs_builder_does_not_import_the_cli():
-    """The field guide is built from the library (checks, catalogue), never through the CLI."""
-    probe = (
-        "import sys, nccldoctor.docs.__main__ as m; "
-        "assert m.main(['--check']) == 0; "
-        "print(sorted(n for n in sys.modules if n.startswith('nccldoctor.cli')))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            env=env, timeout=120, cwd=REPO)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-
-
-def test_check_names_stale_and_extra_files_and_write_repairs_them(tmp_path):
+def test_check_names_stale_and_extra_files_and_write_repairs_them(tmp_path, capsys):
     docs = tmp_path / "docs"
     shutil.copytree(DOCS, docs)
     index = docs / "findings" / "README.md"
     index.write_text(index.read_text() + "hand edit\n")
     (docs / "findings" / "no.such-finding.md").write_text("# left over\n")
 
-    result = run_docs("--check", "--docs-dir", str(docs))
-    assert result.returncode == 1
-    assert "findings/README.md" in result.stderr
-    assert "findings/no.such-finding.md" in result.stderr
+    code, stderr = run_docs(capsys, "--check", "--docs-dir", str(docs))
+    assert code == 1
+    assert "findings/README.md" in stderr
+    assert "findings/no.such-finding.md" in stderr
 
-    assert run_docs("--docs-dir", str(docs)).returncode == 0
+    assert run_docs(capsys, "--docs-dir", str(docs))[0] == 0
     assert not (docs / "findings" / "no.such-finding.md").exists()
-    assert run_docs("--check", "--docs-dir", str(docs)).returncode == 0
+    assert run_docs(capsys, "--check", "--docs-dir", str(docs))[0] == 0
 
 
-def test_missing_background_table_is_a_clear_error(tmp_path):
+def test_missing_background_table_is_a_clear_error(tmp_path, capsys):
     docs = tmp_path / "docs"
     shutil.copytree(DOCS, docs)
     refs = docs / "finding_refs.toml"
     refs.write_text(refs.read_text().replace("[categories.p2p_error]", "[categories.p2p_typo]"))
-    result = run_docs("--check", "--docs-dir", str(docs))
-    assert result.returncode == 2
-    assert "p2p_error" in result.stderr and "p2p_typo" in result.stderr
+    code, stderr = run_docs(capsys, "--check", "--docs-dir", str(docs))
+    assert code == 2
+    assert "p2p_error" in stderr and "p2p_typo" in stderr
 
 
 def test_every_check_and_signature_has_its_page():
@@ -121,6 +118,7 @@ def test_every_category_has_background():
     assert all(len(ref.background) > 100 for ref in refs.values())
 
 
+@functools.cache  # an index page is the target of a link on every finding page
 def markdown_anchors(page: Path) -> set[str]:
     """GitHub's heading slugs plus explicit <a id> anchors of one markdown page."""
     text = FENCE.sub("", page.read_text(encoding="utf-8"))
@@ -197,7 +195,7 @@ def test_write_pages_reports_nothing_when_current(tmp_path):
     assert stale_files(docs, pages) == []
 
 
-def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
+def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path, capsys):
     rule = Check("cluster.env-differs", "cluster", "env_config", "cluster", _cluster_rule, "")
     page = render_check_page(rule, load_refs(DOCS), [], "Seen as `Message truncated`.")
     assert "## What goes wrong\n\nSeen as `Message truncated`." in page
@@ -208,9 +206,9 @@ def test_note_shows_on_its_page_and_unknown_note_ids_are_refused(tmp_path):
     text = refs.read_text()
     text = text if "\n[notes]\n" in text else text + "\n[notes]\n"
     refs.write_text(text.replace("\n[notes]\n", '\n[notes]\n"no.such-check" = "text"\n'))
-    result = run_docs("--check", "--docs-dir", str(docs))
-    assert result.returncode == 2
-    assert "no.such-check" in result.stderr
+    code, stderr = run_docs(capsys, "--check", "--docs-dir", str(docs))
+    assert code == 2
+    assert "no.such-check" in stderr
 
 
 def _warns_or_fails(facts):
