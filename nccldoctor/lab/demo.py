@@ -175,7 +175,9 @@ def _wait(
             if proc.poll() is not None:
                 progress(f"node{i}: exited with {proc.returncode}")
                 pending.remove(item)
-        time.sleep(0.5)
+        if pending:  # the live line every half second; the first pending node's exit is sooner
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                pending[0][1].wait(timeout=0.5)
     for i, _ in pending:
         progress(f"node{i}: still running at the demo's deadline; stopping it")
 
