@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nccldoctor.lab.start import check_env
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, STALL_S, WAIT
+from tests.cluster.test_check_netns import EXPIRE_S, FAST, HEALTHY_DEADLINE, PORT, WAIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -83,9 +83,10 @@ def test_torchrun_two_procs_per_node_healthy(two_nodes, tmp_path, rendezvous):
 def test_torchrun_with_a_rank_that_hangs(two_nodes, tmp_path):
     # One rendezvous backend: the ranks and nodes torchrun makes of either are the healthy
     # test's; from there the hang is the check's own, and static pins rank 3 to node1. The
-    # others' DDP step waits for rank 3 in vain until STALL_S, gloo's timeout first as before.
+    # others' DDP step waits for rank 3 from its first broadcast on, in vain: it ends at
+    # EXPIRE_S, gloo's timeout first as before.
     started = time.monotonic()
-    stall = ["--phase-timeout", f"ddp={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
+    stall = ["--phase-timeout", f"ddp={EXPIRE_S}", "--phase-timeout", f"collective={EXPIRE_S}"]
     codes, outputs, found = torchrun(two_nodes, tmp_path, "static", "hang:ddp:rank=3", stall)
     cluster = found["check-cluster"]
     assert cluster["exit_code"] == 1, outputs[0][-3000:]
