@@ -13,7 +13,7 @@ import pytest
 
 from nccldoctor.lab.mpirun import mpirun_argv, start_mpirun, write_rsh_agent
 from nccldoctor.lab.start import check_env
-from tests.cluster.test_check_netns import FAST, HEALTHY_DEADLINE, PORT, STALL_S, WAIT
+from tests.cluster.test_check_netns import EXPIRE_S, FAST, HEALTHY_DEADLINE, PORT, WAIT
 from tests.cluster.test_faults_net import rendezvous_only_firewall
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -75,7 +75,8 @@ def test_mpirun_two_processes_per_node_with_a_firewalled_node_exit_1(mpi_lab, tm
     # The fault under mpirun once, with the processes per node that make the launch harder: one
     # process per node meets it the same way (its launch is the healthy test's)
     rendezvous_only_firewall(mpi_lab.hosts[1])
-    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={STALL_S}",
+    # init waits in vain on the firewalled node's ports
+    rc, output, found = mpirun_check(mpi_lab, tmp_path, "--phase-timeout", f"init={EXPIRE_S}",
                                      per_node=2)  # fmt: skip
     assert rc == 1, output[-3000:]  # mpirun's status is the check's: no process exited first
     blocked = [f["node"] for f in found["check-node1"]["findings"]
