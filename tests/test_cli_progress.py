@@ -183,10 +183,10 @@ def test_a_check_on_a_terminal_shows_the_join_and_in_a_pipe_plain_lines(tmp_path
     a pipe, started once the master waits in rendezvous."""
     port = free_port_pair()
 
-    def args(rank: int) -> list[str]:
+    def args(rank: int) -> list[str]:  # the line is the question here, not the rates
         return ["--master", "127.0.0.1", "--nodes", "2", "--node-rank", str(rank), "--port",
                 str(port), "--backend", "gloo", "--timeout", "30", "--phase-timeout",
-                "bandwidth_budget=1", "--no-html"]  # fmt: skip
+                "bandwidth_budget=1", "--phase-timeout", "tcp_probe=0.5", "--no-html"]  # fmt: skip
 
     master_tty, slave = open_pty(100)
     env = {**os.environ, "TERM": "xterm"}
