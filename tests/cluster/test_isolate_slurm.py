@@ -1,10 +1,11 @@
-"""`srun -N8 nccldoctor check` on the lab's real Slurm, one node's link rate-limited: the task
-that hosts the master schedules the isolation rounds, every task takes its place in them, and
-srun exits with the cluster's verdict naming the slow node; then one node's ephemeral ports
-dropped, which that node alone is blamed for. No flag tells the check the master, the node count
-or the ranks: Slurm's variables do. --isolate always: auto's TCP trigger is
-unit-tested (test_isolate_rounds.py); here 8 nodes' probes on a loaded 2-core machine are too
-noisy to hold a test to it."""
+"""`srun -N8 nccldoctor check` on the lab's real Slurm, one node's ephemeral ports dropped: the
+task that hosts the master schedules the isolation rounds, every task takes its place in them,
+srun exits with the cluster's verdict, and that node alone is blamed. No flag tells the check the
+master, the node count or the ranks: Slurm's variables do. --isolate always: auto's TCP trigger
+is unit-tested (test_isolate_rounds.py); here 8 nodes' probes on a loaded 2-core machine are too
+noisy to hold a test to it. A rate-limited node named slow by the rounds is the torchrun (six
+nodes) and mpirun (four) tests': the launcher adds nothing to that judgement that this run does
+not prove."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nccldoctor.lab.slurm import SlurmLab, slurm_possible
-from tests.cluster.test_check_netns import PORT, WAIT
+from tests.cluster.test_check_netns import EXPIRE_S, PORT, WAIT
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -39,31 +40,6 @@ def slurm8(tmp_path: Path) -> Iterator[SlurmLab]:
         lab.close()
 
 
-def test_srun_n8_names_the_rate_limited_node(slurm8, tmp_path):
-    slow = slurm8.compute[5]
-    slurm8.net.exec(slow, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "100mbit",
-                    "burst", "256kb", "latency", "400ms")  # fmt: skip
-    out = tmp_path / "out"
-    argv = ["srun", f"-N{NODES}", "--label", "python", "-m", "nccldoctor", "check",
-            "--out", str(out), *ARGS]  # fmt: skip
-    proc = slurm8.popen(argv, slurm8.env(os.environ), cwd=tmp_path, stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        _, err = proc.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    assert proc.returncode == 1, err[-3000:]  # srun passes on the tasks' verdict: a culprit
-    path = next(p for p in out.glob("*/*/check-cluster.json") if p.parent.name != "latest")
-    report = json.loads(path.read_text())
-    isolation = report["isolation"]
-    assert {v["node"]: v["state"] for v in isolation["nodes"] if v["state"] != "ok"} == {
-        "node5": "slow"
-    }
-    (finding,) = [f for f in report["findings"] if f["id"] == "isolation.node-slow"]
-    assert finding["node"] == "node5" and "check its link speed and cable" in finding["title"]
-
-
 def test_srun_n8_blames_the_node_whose_ephemeral_ports_drop_and_no_node_that_waited_on_it(
     slurm8, tmp_path
 ):
@@ -79,7 +55,7 @@ def test_srun_n8_blames_the_node_whose_ephemeral_ports_drop_and_no_node_that_wai
         lab.exec(faulty, "iptables", "-A", "INPUT", *rule)
     out = tmp_path / "out"
     argv = ["srun", f"-N{NODES}", "--label", "python", "-m", "nccldoctor", "check",
-            "--out", str(out), *ARGS, "--phase-timeout", "init=8"]  # fmt: skip
+            "--out", str(out), *ARGS, "--phase-timeout", f"init={EXPIRE_S}"]  # fmt: skip
     proc = slurm8.popen(argv, slurm8.env(os.environ), cwd=tmp_path, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
