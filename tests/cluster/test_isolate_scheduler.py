@@ -236,3 +236,27 @@ def test_a_larger_group_is_not_held_to_the_pairs_without_link_rates() -> None:
     assert [v.node for v in gloo.culprits] == ["gpu-5"]
     nccl = next_step(nodes, tests, {n: 3.0 for n in nodes})
     assert isinstance(nccl, Round)  # the seven failed together: bisected for the link
+
+
+def test_a_slow_master_is_not_held_to_its_own_pairs() -> None:
+    """A failing run of tests/cluster/test_isolate_netns.py (gloo, a loaded machine): node0, the
+    master, rate-limited to 11.9 MB/s; node2 and node3 together at 59 MB/s; node1 and node4
+    blocked from each other; node5 behind an MTU trap that passes with node0 only. Most nodes'
+    passing pairs are node0's: a reference taken over every pair was node0's own rate, and
+    node0 passed. Held to the pairs without it, it is slow."""
+    nodes = [f"node{i}" for i in range(6)]
+
+    def measure(number: int, members: tuple[str, ...]) -> GroupTest:
+        inside = set(members)
+        if {"node1", "node4"} <= inside or ("node5" in inside and inside != {"node0", "node5"}):
+            return GroupTest(number, members, "timeout", detail="not past the first op")
+        rate = 0.0119 if "node0" in inside else 0.059 if len(members) == 2 else 0.1037
+        return GroupTest(number, members, "ok", (SizeRate(1 << 23, rate),), init_s=0.03)
+
+    tests = [GroupTest(0, tuple(nodes), "error", detail="rank 3 failed")]
+    while isinstance(step := next_step(nodes, tests), Round):
+        tests += [measure(step.number, group) for group in step.groups]
+    states = {v.node: v.state for v in step.nodes if v.state != "ok"}
+    assert states == {"node0": "slow", "node5": "faulty"}, step.nodes
+    assert [(v.nodes, v.state) for v in step.links] == [(("node1", "node4"), "faulty")]
+    assert not step.undecided and step.rounds <= math.ceil(math.log2(6)) + 2

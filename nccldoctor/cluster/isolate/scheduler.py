@@ -6,7 +6,8 @@ explains, for the link in it; the others tested together once a fault is found. 
 with two partners that passed with others (and fail with nobody else) is at fault; a pair that
 fails while both ends pass with others is a faulty link; a member that never takes its place is
 unreachable. A group fails when a member errs or passes the deadline, or when its busbw is below
-SLOW_SHARE of the reference and, where the link rates are known, of the slower member's link:
+SLOW_SHARE of the reference (cluster/isolate/reference.py: the others' median, without the
+suspect) and, where the link rates are known, of the slower member's link:
 a group that passes below what it should reach counts as failed (NVIDIA's Cluster Readiness
 Engine). Every group of two rounds failing, no node common to them all, is network-wide.
 """
@@ -14,11 +15,11 @@ Engine). Every group of two rounds failing, no node common to them all, is netwo
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from nccldoctor.cluster.isolate.reference import SLOW_SHARE, References
 from nccldoctor.cluster.isolate.wording import partners_text, rounds_text
 from nccldoctor.facts.isolation import (
     GroupTest,
@@ -29,7 +30,6 @@ from nccldoctor.facts.isolation import (
     NodeVerdict,
 )
 
-SLOW_SHARE = 1 / 3  # a group this far below the median busbw is slow
 CONFIRMATIONS = 2  # failures with distinct cleared partners that make a node faulty
 NETWORK_WIDE_ROUNDS = 2  # rounds in which every group failed, before blaming the network
 
@@ -70,19 +70,8 @@ class _State:
         self.budget = budget
         self.done_rounds = max((t.round for t in self.tests), default=0)
         self.limit = max_rounds(len(self.nodes)) if limit is None else limit
-        # The reference a group is held to: per group size, the median over nodes of each
-        # node's best busbw. A slow node's own pairs, however many, move it little.
-        best: dict[int, dict[str, float]] = {}
-        counts: dict[int, int] = {}
-        for t in self.tests:
-            if t.status == "ok" and t.busbw_GBps:
-                size = len(t.members)
-                counts[size] = counts.get(size, 0) + 1
-                row = best.setdefault(size, {})
-                for m in t.members:
-                    row[m] = max(row.get(m, 0.0), t.busbw_GBps)
-        self.medians = {k: statistics.median(r.values()) for k, r in best.items() if counts[k] > 1}
-        self.median = self.medians.get(2)
+        self.references = References(self.tests)
+        self.median = self.references.median(2)
         self.judged = [(t, self._judge(t)) for t in self.tests]
         self.of: dict[str, list[tuple[GroupTest, Judged]]] = {n: [] for n in self.nodes}
         for t, j in self.judged:
@@ -101,11 +90,11 @@ class _State:
             return "absent"
         if t.status != "ok":
             return t.status
-        # A size tested once is held to the pairs' median where link rates are known (NCCL, whose
-        # busbw does not fall with the group's size); gloo's does (CPU-bound), so not there
-        pairs = self.median if self.budget else None
-        rate, median = t.busbw_GBps, self.medians.get(len(t.members), pairs)
-        if rate is None or median is None or rate >= SLOW_SHARE * median:
+        # A size tested once is held to the pairs' reference where link rates are known (NCCL,
+        # whose busbw does not fall with the group's size); gloo's does (CPU-bound), so not there
+        rate, size = t.busbw_GBps, len(t.members)
+        sizes = (size, 2) if self.budget else (size,)
+        if rate is None or not self.references.slow(t.members, rate, sizes):
             return "ok"
         links = [self.budget[m] for m in t.members if m in self.budget]
         return "slow" if not links or rate < SLOW_SHARE * min(links) else "ok"
