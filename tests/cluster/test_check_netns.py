@@ -31,6 +31,11 @@ EXPIRE_S = 4
 # init stalls until its deadline: gloo's own timeout (the collective one) ends the waiting rank's
 # init first, as under --timeout alone, so that rank fails where it would have, not stalls
 STALLED_INIT = ["--phase-timeout", f"init={STALL_S}", "--phase-timeout", f"collective={STALL_S}"]
+# The collective budget is gloo's timeout in init too: two ranks' init took under a second on
+# this loaded machine, so a stall of a two-rank run is waited out sooner than STALL_S.
+TWO_RANK_STALL_S = 5
+TWO_RANK_STALLED_INIT = ["--phase-timeout", f"init={TWO_RANK_STALL_S}",
+                         "--phase-timeout", f"collective={TWO_RANK_STALL_S}"]  # fmt: skip
 
 
 def start_all(lab, nodes, extra=(), env_for=None, count=None):
@@ -191,11 +196,6 @@ def test_node_killed_mid_run(lab):
     assert "workers" in lost[0]["title"]
     assert "node node1 (node rank 1) stopped reporting" in cluster["hang"]["verdict"]
     assert runs[0].node_report()["ranks"][0]["phase_reached"] == "ddp"
-
-
-# The collective budget is gloo's timeout in init too: two ranks' init took under a second on
-# this loaded machine, so a hang in the allreduce is waited out sooner than STALL_S.
-TWO_RANK_STALL_S = 5
 
 
 @pytest.mark.parametrize("kind", ["hang", "crash"])

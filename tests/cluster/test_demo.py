@@ -14,6 +14,7 @@ import pytest
 from nccldoctor.cluster.timeouts import timeouts_from
 from nccldoctor.lab.demo import run_demo
 from tests.cluster.netns import netns_available
+from tests.cluster.test_check_netns import TWO_RANK_STALL_S
 
 pytestmark = [pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +78,8 @@ def test_the_users_loop_docker_bridge_then_host_network_in_one_folder(tmp_path):
     if not netns_available():
         pytest.skip("needs root and ip netns")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    stalled = ["init=8", "collective=8"]  # behind the NAT init stalls until its deadline
+    # behind the NAT init stalls until its deadline
+    stalled = [f"{name}={TWO_RANK_STALL_S}" for name in ("init", "collective")]
     args = [*ARGS, *(f"--phase-timeout={item}" for item in stalled)]
     bridge = run_demo(2, tmp_path, args, timeouts_from(20, stalled), env, scenario="docker-bridge")
     assert bridge.exit_code == 1 and bridge.report is not None

@@ -9,13 +9,20 @@ import json
 
 import pytest
 
-from tests.cluster.test_check_netns import EXPIRE_S, FAST, PORT, STALL_S, STALLED_INIT
+from tests.cluster.test_check_netns import (
+    EXPIRE_S,
+    FAST,
+    PORT,
+    STALL_S,
+    TWO_RANK_STALL_S,
+    TWO_RANK_STALLED_INIT,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 PUBLISHED = (int(PORT), int(PORT) + 1)
 # Behind the NAT init stalls until its deadline; the run must end with its answer 10 s later.
-ANSWER_WITHIN = STALL_S + 10
+ANSWER_WITHIN = TWO_RANK_STALL_S + 10
 
 
 def _start(lab, extra_for=None, env=None, extra=()):
@@ -33,7 +40,7 @@ def _ids(doc, severity="fail"):
 
 def test_docker_bridge_the_master_finds_itself_and_the_verdict_names_nat_first(lab):
     lab = lab(2, docker="bridge", publish=PUBLISHED)
-    runs = _start(lab, extra=STALLED_INIT)
+    runs = _start(lab, extra=TWO_RANK_STALLED_INIT)
     lab.wait(runs, 120)
     master, node = runs
     cluster, own = master.cluster_report(), node.node_report()

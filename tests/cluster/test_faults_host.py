@@ -20,7 +20,7 @@ from tests.cluster.test_check_netns import (
     FAST,
     HEALTHY_DEADLINE,
     PORT,
-    STALLED_INIT,
+    TWO_RANK_STALLED_INIT,
     WAIT,
     assert_reports,
     lab_out,
@@ -77,7 +77,7 @@ def test_master_name_on_127_0_1_1(lab):
     runs = []
     for host, hostname in ((node0, name), (node1, None)):
         # init stalls: the master's rank waits for a peer that was sent to loopback
-        args = ["--master", name, "--nodes", "2", "--port", PORT, *FAST, *STALLED_INIT]
+        args = ["--master", name, "--nodes", "2", "--port", PORT, *FAST, *TWO_RANK_STALLED_INIT]
         runs.append(lab.start(host, args, out=lab_out(lab, host), hostname=hostname))
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1], runs[0].stderr[-3000:]
