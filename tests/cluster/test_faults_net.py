@@ -14,6 +14,7 @@ from tests.cluster.test_check_netns import (
     HEALTHY_DEADLINE,
     PORT,
     STALL_S,
+    TWO_RANK_STALL_S,
     WAIT,
     assert_reports,
     by_category,
@@ -86,7 +87,7 @@ def test_firewall_passes_rendezvous_drops_ephemeral_ports(lab):
     rendezvous_only_firewall(master)
     ranges = {h.name: h.exec("cat", "/proc/sys/net/ipv4/ip_local_port_range").stdout.split()
               for h in lab.hosts}  # fmt: skip
-    runs = start_all(lab, 2, extra=["--phase-timeout", f"init={STALL_S}"])
+    runs = start_all(lab, 2, extra=["--phase-timeout", f"init={TWO_RANK_STALL_S}"])
     lab.wait(runs, HEALTHY_DEADLINE + WAIT)
     assert [run.rc for run in runs] == [1, 1], runs[1].stderr[-3000:]
     for run in runs:
