@@ -38,6 +38,11 @@ CHILD = textwrap.dedent("""
     if then == "fail":
         emit("fail", "RuntimeError: a peer went away")
         sys.exit(3)
+    if then == "fail-then-linger":  # its error first, then a slow exit (gloo's teardown)
+        time.sleep(1)
+        emit("fail", "RuntimeError: Connection closed by peer")
+        time.sleep(3)
+        sys.exit(3)
     def waiting_in_the_collective():
         while True:
             time.sleep(0.3)
@@ -158,6 +163,20 @@ def test_a_rank_still_waiting_when_another_node_s_rank_ended_is_stopped_at_once(
     assert r.stuck == "still in barrier when rank 1 on node B ended in barrier (exit code 3)"
     # its own code held it, not a collective: stuck, as at its own deadline
     assert workers_seen(watch).ranks[0].state is OutcomeState.STUCK
+
+
+def test_a_rank_that_failed_on_its_own_before_the_world_end_stop_keeps_its_error(tmp_path):
+    # node B's rank was killed; this one's peer socket closed, it failed within the world-end
+    # grace and was still exiting when the grace ran out: not stuck, not stopped, its own error
+    world = WorldEnd(store(), "nccldoctor/run")
+    world.end(WorkersEnded("B", 3, "ddp", "exit code -9"))
+    launched = start(tmp_path, "ddp", "beat", then="fail-then-linger")
+    watch = watch_ranks([launched], "A", Timeouts(ddp=60), "gloo", poll_s=0.2, world=world)
+    (r,) = watch.ranks
+    assert watch.stuck_reason is None and r.stuck is None and r.exit_code == 3
+    (rank,) = workers_seen(watch).ranks
+    assert rank.state is OutcomeState.FAILED
+    assert rank.error == "RuntimeError: Connection closed by peer"
 
 
 def test_a_rank_waiting_in_a_collective_for_the_one_that_ended_failed_because_of_it(tmp_path):

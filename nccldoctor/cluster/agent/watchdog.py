@@ -70,6 +70,11 @@ class RankWatch:
     def alive(self) -> bool:
         return self.exit_code is None
 
+    @property
+    def failed_on_its_own(self) -> bool:
+        """Its phase ended with its own error: it left the collective and is on its way out."""
+        return self.phase_status is EventStatus.FAIL
+
     def read_events(self, now: float) -> None:
         path = self.launched.rank_dir / "events.jsonl"
         try:
@@ -144,6 +149,8 @@ def watch_ranks(
                 on_change(reason)
             alive = [r for r in ranks if r.alive]
             collect_evidence(alive, backend)
+            for r in alive:  # an error of its own may have come while the stacks were taken
+                r.read_events(time.monotonic())
             if gone:
                 _judge_waiting(alive, gone)
             elif world and not told:
@@ -153,7 +160,9 @@ def watch_ranks(
             stop([r.launched for r in ranks])
             for r in ranks:
                 if r.alive:
-                    r.stuck = r.stuck or (None if r.stopped else "stopped by the watchdog")
+                    r.stuck = r.stuck or (
+                        None if r.stopped or r.failed_on_its_own else "stopped by the watchdog"
+                    )
                     r.exit_code = r.launched.proc.poll()
             break
         _wait_any(ranks, poll_s)
@@ -210,8 +219,9 @@ def _stuck_reason(
 
 def _waiting_for(ranks: list[RankWatch], gone: WorkersEnded, now: float) -> str | None:
     """Why the live ranks stop now that ``gone`` ended, or None when every live one is in the
-    last phase (it needs no peer to finish)."""
-    waiting = [r for r in ranks if r.alive and r.phase != LAST_PHASE]
+    last phase (it needs no peer to finish) or failed on its own (it is ending: its own error
+    is its outcome, and a stop now would race the result it is writing)."""
+    waiting = [r for r in ranks if r.alive and r.phase != LAST_PHASE and not r.failed_on_its_own]
     if not waiting:
         return None
     for r in waiting:
@@ -221,9 +231,12 @@ def _waiting_for(ranks: list[RankWatch], gone: WorkersEnded, now: float) -> str 
 
 def _judge_waiting(ranks: list[RankWatch], gone: WorkersEnded) -> None:
     """A rank stopped while it waited inside a collective, not behind the one that ended,
-    waited for it: it failed because of it, the cause is the other. Any other is stuck."""
+    waited for it: it failed because of it, the cause is the other. One whose phase ended
+    with its own error before the stop failed on its own. Any other is stuck."""
     for r in ranks:
-        if (
+        if r.failed_on_its_own:
+            r.stuck = None
+        elif (
             r.stuck
             and not gone.behind(r.phase)
             and in_collective(main_thread_frames(r.stacks or ""))
