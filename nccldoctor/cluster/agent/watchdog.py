@@ -12,7 +12,8 @@ When a rank ends before the run's last phase, its node tells the others through 
 (time for a peer's closed socket to end them on their own): a collective whose member is gone
 never completes, and the rounds of isolation wait for every node's workers. A rank stopped while
 it waited inside a collective, and no further behind than the one that ended, failed because of
-it; one stopped anywhere else is stuck, as at its own deadline.
+it; one stopped anywhere else is stuck, as at its own deadline. One whose phase already ended
+with its own error is not waiting: it is left to exit, and its error stays its outcome.
 
 Rank states: ``starting`` (no event yet) → ``running`` (a phase started) → ``exited`` (the
 process ended, ``exit_code`` set) or ``stuck`` (the watchdog stopped it).
