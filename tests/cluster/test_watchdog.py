@@ -52,14 +52,14 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def start(tmp_path: Path, phase: str, beat: str, then: str = "hang") -> Launched:
-    rank_dir = tmp_path / "rank0"
+def start(tmp_path: Path, phase: str, beat: str, then: str = "hang", rank: int = 0) -> Launched:
+    rank_dir = tmp_path / f"rank{rank}"
     rank_dir.mkdir()
     log = rank_dir / "worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", CHILD, str(rank_dir), phase, beat, then],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    return Launched(0, 0, rank_dir, proc, log)
+    return Launched(rank, rank, rank_dir, proc, log)
 
 
 def test_a_rank_over_its_phase_budget_is_stuck_and_its_stacks_are_saved(tmp_path):
@@ -177,6 +177,18 @@ def test_a_rank_that_failed_on_its_own_before_the_world_end_stop_keeps_its_error
     (rank,) = workers_seen(watch).ranks
     assert rank.state is OutcomeState.FAILED
     assert rank.error == "RuntimeError: Connection closed by peer"
+
+
+def test_a_rank_that_failed_on_its_own_is_not_stuck_when_the_world_end_stops_its_node(tmp_path):
+    # the same, beside a rank still waiting: the stop ends both, only the waiting one is stuck
+    world = WorldEnd(store(), "nccldoctor/run")
+    world.end(WorkersEnded("B", 3, "ddp", "exit code -9"))
+    failing = start(tmp_path, "ddp", "beat", then="fail-then-linger", rank=1)
+    waiting = start(tmp_path, "ddp", "beat", rank=0)
+    watch = watch_ranks([waiting, failing], "A", Timeouts(ddp=60), "gloo", poll_s=0.2, world=world)
+    w, f = watch.ranks
+    assert w.stuck == "still in ddp when rank 3 on node B ended in ddp (exit code -9)"
+    assert f.stuck is None and f.events[-1].detail == "RuntimeError: Connection closed by peer"
 
 
 def test_a_rank_waiting_in_a_collective_for_the_one_that_ended_failed_because_of_it(tmp_path):
