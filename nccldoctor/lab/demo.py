@@ -61,6 +61,7 @@ def run_demo(
         RunFolderError: ``out`` cannot be written to.
     """
     docker = SCENARIOS[scenario]
+    asked_loopback = use_netns is False
     use_netns = netlab_possible(bool(docker)) if use_netns is None else use_netns
     if docker and not use_netns:
         raise NetLabError(f"the {scenario} scenario needs root, ip, unshare and iptables")
@@ -80,7 +81,11 @@ def run_demo(
             lab.build()
             master, port = lab.hosts[0].address, PORT
         else:
-            progress("not root: the node agents share the loopback interface")
+            why = "--loopback" if asked_loopback else "no network namespaces here (root and ip)"
+            progress(
+                f"{why}: the node agents share the loopback interface; the check fails its "
+                "master 127.0.0.1 as it would between real hosts (master.loopback)"
+            )
             master, port = "127.0.0.1", free_port_pair()
         for i in range(nodes):
             name = f"node{i}"

@@ -55,6 +55,8 @@ def test_demo_on_loopback(tmp_path):
     result = run_demo(2, tmp_path, ARGS, timeouts_from(20), {**os.environ, "PYTHONPATH": str(REPO)},
                       progress=messages.append, use_netns=False)  # fmt: skip
     assert result.mode == "loopback", messages
+    # told before the verdict why a demo on loopback ends with master.loopback
+    assert messages[0].startswith("--loopback: ") and "(master.loopback)" in messages[0], messages
     report = result.report
     assert report.extra["cluster"]["world_size"] == 2
     assert [r["state"] for r in report.extra["ranks"]] == ["ok", "ok"]
