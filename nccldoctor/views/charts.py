@@ -118,13 +118,18 @@ def bandwidth_chart(
         x_ticks=[Tick(x_of(2**k), format_bytes(2**k)) for k in _log2_ticks(lo, hi)],
         y_ticks=[Tick(y_of(v), f"{v:g}") for v in _linear_ticks(top)],
         series=series,
-        wire=HLine(
-            y_of(wire_GBps),
-            f"TCP wire {format_GBps(wire_GBps)} ({wire[1]})",
-        )
+        wire=HLine(y_of(wire_GBps), _wire_label(wire_GBps, wire[1], values["busbw"]))
         if wire
         else None,
     )
+
+
+def _wire_label(wire_GBps: float, node: str, busbw: list[tuple[float, float]]) -> str:
+    """The probe's line; where the busbw ran above it, the probe read below what the wire carries
+    (a loaded host's TCP turn), so the line is a lower bound, not the wire."""
+    if any(v > wire_GBps for _, v in busbw):
+        return f"TCP probe {format_GBps(wire_GBps)} ({node}): a lower bound, busbw ran above it"
+    return f"TCP wire {format_GBps(wire_GBps)} ({node})"
 
 
 def _log2_ticks(lo: float, hi: float, most: int = 8) -> list[int]:

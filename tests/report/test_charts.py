@@ -45,6 +45,12 @@ def test_wire_line_is_the_slowest_node_in_gigabytes_and_raises_the_top() -> None
     )
 
 
+def test_a_probe_below_the_busbw_is_labelled_a_lower_bound() -> None:
+    """busbw cannot exceed the wire it crosses: a probe that read below it is not the wire."""
+    chart = bandwidth_chart([_row(8, 1.0), _row(64, 3.0)], {"b": 8.0})  # 1 GB/s, busbw 3
+    assert chart.wire.label == "TCP probe 1.00 GB/s (b): a lower bound, busbw ran above it"
+
+
 def test_busbw_at_the_wire_rate_meets_the_wire_line() -> None:
     """A sweep that fills a 15.06 Gbit/s wire (1.8825 GB/s busbw) ends on the wire line, not
     8x below it as when the probe's Gbit/s was drawn as GB/s."""
