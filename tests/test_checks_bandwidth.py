@@ -102,6 +102,15 @@ def test_a_probe_that_measured_less_than_the_busbw_is_left_out_of_the_budget() -
     )
 
 
+def test_a_busbw_above_the_slowest_nic_rating_is_not_a_percentage_of_it() -> None:
+    """b's eth0 says 25 Gbit/s (3.12 GB/s); 4 GB/s did not cross it at that rating."""
+    section = links_section({"bandwidth": _sweep(4.0, {"a": 40.0, "b": 40.0})}, "Socket", _nodes())
+    assert "%" not in section["sentence"]
+    assert section["sentence"].startswith(
+        "allreduce busbw 4.00 GB/s at 64 MiB, above the 3.12 GB/s eth0 is rated for (b): "
+    )
+
+
 def test_a_probe_below_the_busbw_with_no_other_rate_gives_no_fraction() -> None:
     nodes = _nodes()
     for facts in nodes:

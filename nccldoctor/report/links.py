@@ -94,5 +94,14 @@ def _sentence(busbw: Any, size: Any, slowest: Any, fraction: Any, budget: LinkBu
             )
         return f"{head}; what the links carry is {UNKNOWN} (no NIC speed, port rate or TCP probe)"
     node, link, gbitps = slowest
-    sentence = f"{head} = {percent(fraction)} {of_what(link, format_link_rate(gbitps))} ({node})"
+    if fraction > 1:  # more than a link carries never crossed it at that rate
+        sentence = (
+            f"{head}, above the {format_link_rate(gbitps)} {link} is rated for ({node}): that "
+            "rating is not what the link carries (a virtual NIC's nominal speed), or the "
+            "traffic took another path"
+        )
+    else:
+        sentence = (
+            f"{head} = {percent(fraction)} {of_what(link, format_link_rate(gbitps))} ({node})"
+        )
     return f"{sentence}; {probe} is below it: a lower bound, not compared" if low else sentence
