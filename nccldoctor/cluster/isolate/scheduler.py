@@ -102,14 +102,26 @@ class _State:
     # -- what the tests show --------------------------------------------------------------------
     def failed_pairs(self, node: str) -> list[tuple[GroupTest, Judged]]:
         """The failed pairs of ``node`` whose partner passed elsewhere (a larger group that
-        failed may hold a faulty link between the others: it shows nothing against one node)."""
-        return [
+        failed may hold a faulty link between the others: it shows nothing against one node).
+        Beside a pair that erred or timed out, a pair slow in one test only is left out until it
+        is slow again: one noisy measurement (a loaded machine's) and a timeout the partner
+        caused would otherwise blame the node."""
+        rows = [
             (t, j)
             for t, j in self.of.get(node, [])
             if j in FAILED
             and len(t.members) == 2
             and all(m in self.cleared for m in t.members if m != node)
         ]
+        if all(j == "slow" for _, j in rows):
+            return rows  # slow with each partner: a measurement with each, a slow node's sign
+        return [(t, j) for t, j in rows if j != "slow" or self.slow_twice(t.members)]
+
+    def slow_twice(self, pair: Sequence[str]) -> bool:
+        """Slow in two tests of this pair and never passed: more than one noisy measurement."""
+        members = set(pair)
+        slow = [t for t, j in self.judged if j == "slow" and set(t.members) == members]
+        return len(slow) >= 2 and not self.passes(pair)
 
     def suspect(self, node: str) -> bool:
         """Failed with two partners or more that passed elsewhere: the node, or each link."""
