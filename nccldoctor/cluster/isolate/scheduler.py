@@ -189,7 +189,7 @@ class _State:
             return Round(self.done_rounds + 1, tuple(groups))
         given_up = []
         for failed, members in self.unexplained():
-            groups = self.split(members)
+            groups = self.split(members) or self.retest(failed)
             if groups:
                 return Round(self.done_rounds + 1, tuple(groups))
             given_up.append(
@@ -222,8 +222,8 @@ class _State:
         bad_links = {v.nodes: v.state for v in self._links}
         rows = []
         for t, j in self.judged:
-            if j not in FAILED or len(t.members) <= 2:
-                continue
+            if j not in FAILED or len(t.members) <= 2 or (j == "slow" and self.passes(t.members)):
+                continue  # a pair, or slow once and then passed: noise
             states = {self.decided(m) for m in t.members}
             explains = {"faulty", "slow"} if j == "slow" else {"faulty", "unreachable"}
             links = {bad_links.get((a, b)) for a in t.members for b in t.members}
@@ -249,6 +249,11 @@ class _State:
             if groups:
                 return groups
         return []
+
+    def retest(self, failed: GroupTest) -> list[tuple[str, ...]]:
+        """A group slow once while each part passed: noise, or a fault that needs them all."""
+        once = sum(set(t.members) == set(failed.members) for t in self.tests) < 2
+        return [failed.members] if once and self._judged_of(failed) == "slow" else []
 
     def passes(self, group: Sequence[str]) -> bool:
         """Whether a test that passed held every member of ``group``."""
@@ -325,9 +330,8 @@ class _State:
             return NodeVerdict(node, "unreachable", tuple(missed), why)
         if state == "ok":
             passed = [t for t, j in rows if j == "ok"]
-            return NodeVerdict(
-                node, "ok", tuple(t.round for t in passed), partners_text(node, passed)
-            )
+            why = partners_text(node, passed)
+            return NodeVerdict(node, "ok", tuple(t.round for t in passed), why)
         if state is not None:
             shown = self.shown_against(node)
             failed = partners_text(node, [t for t, _ in shown], self._judged_of)
@@ -363,14 +367,10 @@ class _State:
         """The failed pairs whose ends both passed elsewhere and are at fault neither."""
         links: dict[tuple[str, str], list[tuple[GroupTest, Judged]]] = {}
         for t, j in self.judged:
-            if (
-                j in FAILED
-                and len(t.members) == 2
-                and all(m in self.cleared for m in t.members)
-                and not any(self.decided(m) in ("faulty", "slow") for m in t.members)
-            ):
-                a, b = t.members
-                links.setdefault((a, b), []).append((t, j))
+            if j not in FAILED or len(t.members) != 2 or not set(t.members) <= self.cleared:
+                continue
+            if not any(self.decided(m) in ("faulty", "slow") for m in t.members):
+                links.setdefault((t.members[0], t.members[1]), []).append((t, j))
         return links
 
     def slow_once(self) -> list[tuple[str, str]]:
